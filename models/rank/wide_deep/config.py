@@ -1,0 +1,15 @@
+"""Wide & Deep's config: the schema and, through its defaults, the model's default config."""
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Config:
+    name: str = "wide_deep"
+    # One shared table for all sparse fields: ids are hashed into this many buckets.
+    sparse_feature_number: int = 1_000_001
+    sparse_feature_dim: int = 9
+    fc_sizes: list[int] = field(default_factory=lambda: [512, 256, 128, 32])
+    # Sparse (SelectedRows) embedding gradients: with lazy Adam ~2.4x faster than dense.
+    sparse_grad: bool = True
+    init_scale: float = 0.01

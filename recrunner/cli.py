@@ -1,0 +1,154 @@
+"""`recrun <command> [options] [key=value ...]`: one entry point, Hydra overrides for every key."""
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+
+from recrunner import __version__
+from recrunner.errors import RecrunnerError
+
+
+@dataclass(frozen=True)
+class Command:
+    module: str
+    summary: str
+    # Commands that write a run directory keep Hydra's output dir and job log.
+    writes_run_dir: bool = False
+
+
+COMMANDS: dict[str, Command] = {
+    "train": Command("recrunner.commands.train", "train a model and export it", True),
+    "eval": Command("recrunner.commands.eval", "AUC and logloss of a checkpoint or export"),
+    "predict": Command("recrunner.commands.predict", "click probabilities for raw rows"),
+    "data": Command("recrunner.commands.data", "generate synthetic data, convert, inspect"),
+}
+
+# Hydra's own flags that take a value (the rest of argv is key=value overrides).
+HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
+                     "-cn", "--config-dir", "-cd", "--experimental-rerun"}
+
+
+def split_overrides(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Separate Hydra flags (kept for hydra.main) from key=value overrides."""
+    flags, overrides = [], []
+    it = iter(tokens)
+    for tok in it:
+        if tok.startswith("-"):
+            flags.append(tok)
+            if tok in HYDRA_VALUE_FLAGS:
+                flags.append(next(it, ""))
+        else:
+            overrides.append(tok)
+    return flags, overrides
+
+
+def print_usage() -> None:
+    print("usage: recrun <command> [options] [key=value ...]\n")
+    print("Train, evaluate, serve and ship CTR ranking models from one Hydra config tree.\n")
+    print("commands:")
+    for name, cmd in COMMANDS.items():
+        print(f"  {name:<12} {cmd.summary}")
+    print("\n`recrun <command> --help` lists its config groups and most used keys.")
+    print("Overrides use Hydra syntax: mode=collective, +mode=local, runner.epochs=3, -m a=1,2")
+
+
+def print_command_help(name: str, module: ModuleType, parser: argparse.ArgumentParser,
+                       overrides: list[str]) -> None:
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from recrunner.config.compose import GROUPS, compose_config, hydra_context
+
+    print(f"usage: recrun {name} [options] [group=option ...] [key=value ...]\n")
+    print(f"{COMMANDS[name].summary}\n")
+    if parser._actions:
+        print(parser.format_help().split("\n", 2)[-1].strip() + "\n")
+    cfg = compose_config(overrides)
+    with hydra_context():
+        loader = GlobalHydra.instance().config_loader()
+        print("config groups (group=option):")
+        for group in GROUPS:
+            options = [o for o in loader.get_group_options(group)]
+            current = OmegaConf.select(cfg, f"{group}.name")
+            print(f"  {group:<10} {', '.join(options)}  (now: {current})")
+    print("\nmost used keys (now):")
+    for key in getattr(module, "KEYS", ()):
+        print(f"  {key} = {OmegaConf.select(cfg, key, throw_on_missing=False)}")
+    print("\nHydra flags: --cfg job (print the resolved config), -m (multirun sweep),"
+          " --hydra-help")
+
+
+def run_command(name: str, argv: Sequence[str]) -> int:
+    from recrunner.config.compose import compose_config, normalize_overrides, to_typed
+
+    cmd = COMMANDS[name]
+    module = importlib.import_module(cmd.module)
+    parser = argparse.ArgumentParser(prog=f"recrun {name}", add_help=False)
+    parser.add_argument("--config-file", metavar="PATH",
+                        help="use this resolved config (e.g. a mounted ConfigMap) instead of conf/")
+    if hasattr(module, "add_arguments"):
+        module.add_arguments(parser)
+    args, rest = parser.parse_known_args(argv)
+    flags, overrides = split_overrides(normalize_overrides(rest))
+    if "-h" in flags or "--help" in flags:
+        print_command_help(name, module, parser, overrides)
+        return 0
+    if args.config_file:
+        from recrunner.config.compose import load_resolved
+
+        return module.run(load_resolved(args.config_file, overrides), args) or 0
+    if "--hydra-help" not in flags and not ({"-m", "--multirun"} & set(flags)):
+        compose_config(overrides)  # fail fast with one line, before Hydra's multi-line report
+
+    import hydra
+    from omegaconf import DictConfig
+
+    from recrunner import CONF_DIR
+
+    codes: list[int] = []
+
+    def task(dcfg: DictConfig) -> None:
+        try:
+            cfg = to_typed(dcfg)
+            if cmd.writes_run_dir:
+                from hydra.core.hydra_config import HydraConfig
+
+                # In a multirun sweep each job gets its own directory.
+                cfg.runner.output_dir = HydraConfig.get().runtime.output_dir
+            codes.append(module.run(cfg, args) or 0)
+        except RecrunnerError as exc:
+            print(f"recrun {name}: error: {exc}", file=sys.stderr)
+            codes.append(exc.exit_code)
+
+    hydra_args = [f"hydra.job.name={name}"]
+    if not cmd.writes_run_dir:
+        hydra_args += ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout",
+                       "hydra/hydra_logging=none"]
+    from recrunner.config.schema import register_configs
+
+    register_configs()
+    sys.argv = [f"recrun-{name}", *flags, *hydra_args, *overrides]
+    hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(task)()
+    return max(codes, default=0)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print_usage()
+        sys.exit(0)
+    if argv[0] == "--version":
+        print(f"recrun {__version__}")
+        sys.exit(0)
+    name = argv[0]
+    if name not in COMMANDS:
+        print(f"recrun: error: unknown command {name!r} (see recrun --help)", file=sys.stderr)
+        sys.exit(2)
+    try:
+        sys.exit(run_command(name, argv[1:]))
+    except RecrunnerError as exc:
+        print(f"recrun {name}: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)

@@ -1,0 +1,1 @@
+"""Typed configuration: schemas, composition and loading of resolved config files."""

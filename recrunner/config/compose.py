@@ -1,0 +1,85 @@
+"""Compose the typed config from conf/ plus command-line overrides (Hydra syntax)."""
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
+
+from recrunner import CONF_DIR
+from recrunner.config.schema import RootConfig, register_configs
+from recrunner.errors import RecrunnerError, one_line
+from recrunner.models import load_model_module
+
+GROUPS = ("dataset", "model", "mode", "cluster", "serving")
+
+
+def normalize_overrides(overrides: Sequence[str]) -> list[str]:
+    """Accept both `+mode=local` and `mode=local` for the groups in the defaults list.
+
+    Hydra rejects `+group=x` for a group the primary config already chooses (and plain
+    `group=x` for one it does not); every group here has a default, so `+` is dropped.
+    """
+    out = []
+    for item in overrides:
+        if item.startswith("+") and not item.startswith("++"):
+            key = item[1:].split("=", 1)[0]
+            if key in GROUPS:
+                item = item[1:]
+        out.append(item)
+    return out
+
+
+@contextmanager
+def hydra_context() -> Iterator[None]:
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        yield
+
+
+def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
+    overrides = normalize_overrides(overrides)
+    try:
+        with hydra_context():
+            return compose("config", overrides=list(overrides))
+    except Exception as exc:  # Hydra raises several unrelated types for bad overrides
+        raise RecrunnerError(f"config error: {one_line(exc)}") from exc
+
+
+def to_typed(cfg: DictConfig) -> RootConfig:
+    """Resolve and instantiate the dataclasses: missing values and bad types fail here."""
+    try:
+        return OmegaConf.to_object(cfg)
+    except Exception as exc:
+        raise RecrunnerError(f"config error: {one_line(exc)}") from exc
+
+
+def load(overrides: Sequence[str] = ()) -> RootConfig:
+    return to_typed(compose_config(overrides))
+
+
+def load_resolved(path: str | Path, overrides: Sequence[str] = ()) -> RootConfig:
+    """Load a fully resolved config file (a run dir's or a ConfigMap's) against the schema.
+
+    `overrides` are plain `key=value` items applied on top (no group choices: the file is
+    already composed).
+    """
+    try:
+        raw = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
+        model_name = OmegaConf.select(raw, "model.name")
+        if model_name is None:
+            raise RecrunnerError(f"{path}: missing model.name")
+        schema = OmegaConf.structured(RootConfig)
+        schema.model = OmegaConf.structured(load_model_module(model_name).Config)
+        return to_typed(OmegaConf.merge(schema, raw))
+    except RecrunnerError:
+        raise
+    except Exception as exc:
+        raise RecrunnerError(f"config error in {path}: {one_line(exc)}") from exc
+
+
+def to_yaml(cfg: RootConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))

@@ -1,0 +1,72 @@
+"""Schema of the `dataset` group: where the rows are and how they become tensors."""
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from omegaconf import MISSING
+
+# PaddleRec's Criteo min-max constants (its criteo reader's cont_min_ / cont_diff_).
+PADDLEREC_DENSE_MIN = [0.0, -3.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+PADDLEREC_DENSE_MAX = [20.0, 600.0, 100.0, 50.0, 64000.0, 500.0, 100.0, 50.0, 500.0, 10.0, 10.0,
+                       10.0, 50.0]
+
+
+class DataFormat(StrEnum):
+    criteo = "criteo"  # raw Kaggle rows: label, I1..I13, C1..C26 (TSV, or CSV with a header)
+    slot = "slot"  # PaddleRec lines: click:<y> dense_feature:<x> x13 1:<id> .. 26:<id>
+
+
+class OnError(StrEnum):
+    skip = "skip"
+    fail = "fail"
+
+
+class DenseTransform(StrEnum):
+    log = "log"  # log1p(max(x, 0))
+    minmax = "minmax"  # (x - min) / (max - min), PaddleRec's scaling
+    none = "none"
+
+
+@dataclass
+class SynthConfig:
+    """Synthetic Criteo-shaped data drawn from a known click model."""
+
+    train_rows: int = 400_000
+    test_rows: int = 100_000
+    seed: int = 7
+    base_ctr: float = 0.25
+
+
+@dataclass
+class SampleSetConfig:
+    """Paddle Operator SampleSet caching the dataset on JuiceFS (used by cluster=k8s)."""
+
+    name: str | None = None
+    source_uri: str = ""
+    secret_ref: str = ""
+    partitions: int = 1
+    mount_path: str = "/mnt/sampleset"
+    cache_path: str = "/dev/shm/sampleset"
+    cache_quota: str = "2Gi"
+    node_affinity: dict[str, list[str]] = field(default_factory=dict)
+    warmup: bool = True
+
+
+@dataclass
+class DatasetConfig:
+    name: str = MISSING
+    # A path, glob, directory or fsspec URL; `.gz` is decompressed transparently.
+    train: str = MISSING
+    test: str = MISSING
+    format: DataFormat = DataFormat.criteo
+    on_error: OnError = OnError.fail
+    max_logged_errors: int = 5
+    dense_transform: DenseTransform = DenseTransform.log
+    dense_min: list[float] = field(default_factory=lambda: list(PADDLEREC_DENSE_MIN))
+    dense_max: list[float] = field(default_factory=lambda: list(PADDLEREC_DENSE_MAX))
+    # Bytes read per block; rows are parsed a block at a time, so memory stays flat.
+    block_bytes: int = 4 << 20
+    # Generate the files from `synth` when they are missing (the bundled default data).
+    generate: bool = False
+    synth: SynthConfig = field(default_factory=SynthConfig)
+    sampleset: SampleSetConfig = field(default_factory=SampleSetConfig)

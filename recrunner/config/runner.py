@@ -1,0 +1,22 @@
+"""Schema of the `runner` section: the training job itself."""
+
+from dataclasses import dataclass
+
+
+@dataclass
+class RunnerConfig:
+    epochs: int = 2
+    batch_size: int = 512
+    eval_batch_size: int = 8192
+    learning_rate: float = 0.001
+    seed: int = 2026
+    output_dir: str = "runs/${model.name}"
+    resume: bool = False
+    # Evaluate every N training steps as well as after each epoch (None: per epoch only).
+    eval_steps: int | None = None
+    # Exit non-zero when the final AUC is below this.
+    target_auc: float | None = None
+    # CPU threads for Paddle's kernels (Paddle defaults to 1).
+    threads: int = 2
+    progress: bool = True
+    log_every_steps: int = 200

@@ -1,0 +1,43 @@
+"""The root config schema, registered in Hydra's ConfigStore so typos fail at load time."""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from recrunner.config.cluster import ClusterConfig
+from recrunner.config.dataset import DatasetConfig
+from recrunner.config.mode import ModeConfig
+from recrunner.config.runner import RunnerConfig
+from recrunner.config.serving import ServingConfig
+from recrunner.models import model_schemas
+
+
+@dataclass
+class RootConfig:
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    # Typed by the chosen model's own dataclass (models/rank/<name>/config.py).
+    model: Any = MISSING
+    mode: ModeConfig = field(default_factory=ModeConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    serving: ServingConfig = field(default_factory=ServingConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+
+
+GROUP_SCHEMAS = {
+    "dataset": DatasetConfig,
+    "mode": ModeConfig,
+    "cluster": ClusterConfig,
+    "serving": ServingConfig,
+}
+
+
+def register_configs() -> None:
+    """Store the schemas; group YAML files name theirs in their defaults list."""
+    cs = ConfigStore.instance()
+    cs.store(name="schema", node=RootConfig)
+    for group, schema in GROUP_SCHEMAS.items():
+        cs.store(group=f"schema/{group}", name="base", node=schema)
+    for name, schema in model_schemas().items():
+        cs.store(group="model", name=name, node=schema)
