@@ -65,7 +65,7 @@ class DatasetConfig:
     dense_min: list[float] = field(default_factory=lambda: list(PADDLEREC_DENSE_MIN))
     dense_max: list[float] = field(default_factory=lambda: list(PADDLEREC_DENSE_MAX))
     # Bytes read per block; rows are parsed a block at a time, so memory stays flat.
-    block_bytes: int = 4 << 20
+    block_bytes: int = 8 << 20
     # Generate the files from `synth` when they are missing (the bundled default data).
     generate: bool = False
     synth: SynthConfig = field(default_factory=SynthConfig)

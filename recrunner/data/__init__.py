@@ -1,0 +1,1 @@
+"""Data path: streaming readers, stable hashing, preprocessing, synthetic data."""

@@ -1,0 +1,28 @@
+"""Malformed-row policy: `skip` counts and logs the first few, `fail` stops at the first."""
+
+import logging
+
+from recrunner.errors import RecrunnerError
+
+log = logging.getLogger(__name__)
+
+
+class DataError(RecrunnerError):
+    """A malformed input row, reported as `file:line: reason`."""
+
+
+class RowErrors:
+    def __init__(self, policy: str = "fail", max_logged: int = 5) -> None:
+        self.policy = policy
+        self.max_logged = max_logged
+        self.count = 0
+
+    def report(self, path: str, line: int, reason: str) -> None:
+        where = f"{path}:{line}: {reason}"
+        if self.policy == "fail":
+            raise DataError(f"malformed row at {where} (dataset.on_error=skip skips such rows)")
+        self.count += 1
+        if self.count <= self.max_logged:
+            log.warning("skipping malformed row at %s", where)
+        elif self.count == self.max_logged + 1:
+            log.warning("more malformed rows skipped; the count is in the run summary")

@@ -1,0 +1,71 @@
+"""Stable, per-field salted hashing of categorical strings into embedding buckets.
+
+Vectorized FNV-1a over the bytes of an Arrow string array, finished with the splitmix64
+mixer. Pure arithmetic on the bytes, so every process, run and machine agrees
+(unlike Python's salted `hash()`).
+"""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+FNV_PRIME = np.uint64(0x100000001B3)
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    # splitmix64 finalizer: spreads FNV's weak low bits before the modulo.
+    h = h ^ (h >> np.uint64(30))
+    h = h * np.uint64(0xBF58476D1CE4E5B9)
+    h = h ^ (h >> np.uint64(27))
+    h = h * np.uint64(0x94D049BB133111EB)
+    return h ^ (h >> np.uint64(31))
+
+
+def hash_strings(values: pa.Array, salt: int) -> np.ndarray:
+    """64-bit hashes of a string array (null hashes like the empty string)."""
+    values = values.cast(pa.large_string()) if values.type != pa.large_string() else values
+    n = len(values)
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int64)[values.offset:values.offset + n + 1]
+    data_buf = values.buffers()[2]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
+    starts = offsets[:-1]
+    lengths = np.diff(offsets)
+    if values.null_count:
+        lengths = np.where(values.is_null().to_numpy(zero_copy_only=False), 0, lengths)
+    h = np.full(n, FNV_OFFSET ^ np.uint64(salt), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        longest = int(lengths.max()) if n else 0
+        for j in range(longest):
+            if lengths.min() > j:
+                h = (h ^ data[starts + j]) * FNV_PRIME
+            else:  # only strings longer than j take another byte
+                live = lengths > j
+                h[live] = (h[live] ^ data[starts[live] + j]) * FNV_PRIME
+        return _mix(h ^ lengths.astype(np.uint64))
+
+
+def field_salt(field_name: str) -> int:
+    return int(hash_strings(pa.array([field_name]), 0)[0])
+
+
+def hash_to_buckets(column: pa.Array | pa.ChunkedArray, salt: int, buckets: int) -> np.ndarray:
+    """Bucket ids (int64) for a string or dictionary-encoded string column.
+
+    For dictionary columns only the distinct values are hashed, then gathered by index.
+    """
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    out = []
+    mod = np.uint64(buckets)
+    for chunk in chunks:
+        if pa.types.is_dictionary(chunk.type):
+            table = (hash_strings(chunk.dictionary, salt) % mod).astype(np.int64)
+            if chunk.null_count:  # nulls hash like the empty string, stored at the end
+                table = np.append(table, (hash_strings(pa.array([""]), salt) % mod).astype(np.int64))
+                idx = pc.fill_null(chunk.indices, len(chunk.dictionary))
+            else:
+                idx = chunk.indices
+            out.append(table[idx.to_numpy()])
+        else:
+            out.append((hash_strings(chunk, salt) % mod).astype(np.int64))
+    return np.concatenate(out) if out else np.empty(0, np.int64)

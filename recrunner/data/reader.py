@@ -1,0 +1,190 @@
+"""Streaming dataset reader: files through fsspec, a block of lines at a time, sharded."""
+
+import logging
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import fsspec
+import numpy as np
+
+from recrunner.config.dataset import DataFormat, DatasetConfig
+from recrunner.data.batch import Batch
+from recrunner.data.errors import DataError, RowErrors
+from recrunner.data.formats import BlockInvalid, CriteoFormat, SlotFormat
+from recrunner.data.transform import NUM_DENSE, NUM_SPARSE, Preprocessor
+
+log = logging.getLogger(__name__)
+Format = CriteoFormat | SlotFormat
+
+
+def expand_paths(spec: str) -> list[str]:
+    """A path, glob, directory or fsspec URL -> sorted list of data files (URLs kept)."""
+    fs, _, paths = fsspec.get_fs_token_paths(spec)
+    files: list[str] = []
+    for path in paths:
+        if fs.isdir(path):
+            files += [p for p in fs.find(path) if not p.rsplit("/", 1)[-1].startswith((".", "_"))]
+        elif fs.exists(path):
+            files.append(path)
+    if not files:
+        raise DataError(f"no data files match {spec!r}")
+    return [fs.unstrip_protocol(p) if "://" in spec else p for p in sorted(files)]
+
+
+def read_blocks(path: str, block_bytes: int) -> Iterator[tuple[int, bytes]]:
+    """(number of the block's first line, whole lines) pairs; `.gz` etc. decompressed."""
+    line = 1
+    rest = b""
+    with fsspec.open(path, "rb", compression="infer") as f:
+        while True:
+            chunk = f.read(block_bytes)
+            if not chunk:
+                break
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:  # a line longer than a block: keep reading
+                rest = data
+                continue
+            block, rest = data[:cut], data[cut:]
+            yield line, block
+            line += block.count(b"\n")
+    if rest.strip():
+        yield line, rest + b"\n"
+
+
+def parse_block(fmt: Format, block: bytes, path: str, first_line: int,
+                errors: RowErrors) -> Batch:
+    """Parse a block; on a bad block, report each bad line and parse the rest."""
+    try:
+        return fmt.parse(block)
+    except BlockInvalid:
+        pass
+    lines = block.decode("utf-8", "replace").split("\n")
+    good = []
+    for i, text in enumerate(lines):
+        if not text.strip():
+            continue
+        reason = fmt.check_line(text.rstrip("\r"))
+        if reason is None:
+            good.append(text)
+        else:
+            errors.report(path, first_line + i, reason)
+    if not good:
+        return _empty_batch()
+    try:
+        return fmt.parse(("\n".join(good) + "\n").encode())
+    except BlockInvalid as exc:
+        raise DataError(f"{path}:{first_line}-{first_line + len(lines) - 1}: cannot parse "
+                        f"block: {exc}") from exc
+
+
+def _empty_batch() -> Batch:
+    return Batch(np.empty((0, NUM_DENSE), np.float32), np.empty((0, NUM_SPARSE), np.int64),
+                 np.empty(0, np.float32))
+
+
+@dataclass
+class Shard:
+    """This process's share: files round-robin when there are enough, else rows by stride."""
+
+    index: int = 0
+    count: int = 1
+
+
+def make_format(cfg: DatasetConfig, pre: Preprocessor, labeled: bool = True) -> Format:
+    if cfg.format == DataFormat.slot:
+        return SlotFormat(pre, labeled)
+    return CriteoFormat(pre, labeled)
+
+
+def iter_file(fmt: Format, path: str, block_bytes: int, errors: RowErrors) -> Iterator[Batch]:
+    for first_line, block in read_blocks(path, block_bytes):
+        if first_line == 1:
+            head, _, body = block.partition(b"\n")
+            try:
+                delimiter = fmt.header_delimiter(head)
+            except ValueError as exc:
+                raise DataError(f"{path}:1: {exc}") from exc
+            if delimiter is not None:
+                fmt = fmt.with_delimiter(delimiter)
+                block, first_line = body, 2
+            elif isinstance(fmt, CriteoFormat) and b"\t" not in head and b"," in head:
+                fmt = fmt.with_delimiter(",")
+            if not block:
+                continue
+        yield parse_block(fmt, block, path, first_line, errors)
+
+
+def iter_examples(cfg: DatasetConfig, spec: str, pre: Preprocessor, errors: RowErrors,
+                  shard: Shard = Shard(), labeled: bool = True) -> Iterator[Batch]:
+    """Blocks of parsed examples from every file of `spec` that belong to `shard`."""
+    files = expand_paths(spec)
+    fmt = make_format(cfg, pre, labeled)
+    by_file = len(files) >= shard.count
+    row = 0
+    for k, path in enumerate(files):
+        if by_file and k % shard.count != shard.index:
+            continue
+        for batch in iter_file(fmt, path, cfg.block_bytes, errors):
+            if not by_file:
+                start = (shard.index - row) % shard.count
+                row += len(batch)
+                batch = batch.take(slice(start, None, shard.count))
+            if len(batch):
+                yield batch
+
+
+def rebatch(blocks: Iterable[Batch], size: int) -> Iterator[Batch]:
+    """Fixed-size batches (the last one may be smaller) from blocks of any size."""
+    pending: list[Batch] = []
+    held = 0
+    for block in blocks:
+        pending.append(block)
+        held += len(block)
+        if held < size:
+            continue
+        merged = Batch.concat(pending)
+        full = len(merged) - len(merged) % size
+        for start in range(0, full, size):
+            yield merged.take(slice(start, start + size))
+        pending = [merged.take(slice(full, None))] if full < len(merged) else []
+        held = len(merged) - full
+    if held:
+        yield Batch.concat(pending)
+
+
+def prefetch(items: Iterator, depth: int = 4) -> Iterator:
+    """Run `items` in a background thread (parsing releases the GIL) to overlap with compute."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                q.put(item)
+            q.put(done)
+        except BaseException as exc:  # re-raised in the consumer
+            q.put(exc)
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                thread.join(0.05)
