@@ -39,17 +39,31 @@ class SynthConfig:
 
 @dataclass
 class SampleSetConfig:
-    """Paddle Operator SampleSet caching the dataset on JuiceFS (used by cluster=k8s)."""
+    """Paddle Operator SampleSet caching the dataset on JuiceFS (used by cluster=k8s).
+
+    With a name set, the PaddleJob mounts the cached data at `mount_path` (dataset.train and
+    dataset.test must then lie below it); the SampleSet uses the JuiceFS Secret of
+    cluster.juicefs as its cache engine.
+    """
 
     name: str | None = None
+    # Remote data as [NAME://]BUCKET[.ENDPOINT][/PREFIX] (juicesync syntax).
     source_uri: str = ""
+    # Existing Secret with the source storage's credentials (empty: none needed).
     secret_ref: str = ""
+    # Cache nodes.
     partitions: int = 1
     mount_path: str = "/mnt/sampleset"
+    # One cache tier: medium MEM, SSD or HDD, its directory on the node, and its size.
+    cache_medium: str = "MEM"
     cache_path: str = "/dev/shm/sampleset"
     cache_quota: str = "2Gi"
+    # The data is already in the JuiceFS file system: skip the sync from source_uri.
+    no_sync: bool = False
+    # Cache only on nodes whose label <key> has one of the values.
     node_affinity: dict[str, list[str]] = field(default_factory=dict)
-    warmup: bool = True
+    # SampleJob submitted with it: warmup (preload the cache), sync (copy source_uri again), none.
+    job: str = "warmup"
 
 
 @dataclass
