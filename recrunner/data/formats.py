@@ -115,7 +115,8 @@ class SlotFormat:
         self.sparse_cols = [f"v{i}" for i in range(first + NUM_DENSE, len(keys))]
         self.types = {c: pa.float32() for c in self.dense_cols}
         self.types.update({c: pa.int64() for c in self.sparse_cols})
-        self.types.update({f"k{i}": pa.dictionary(pa.int32(), pa.string()) for i in range(len(keys))})
+        key_type = pa.dictionary(pa.int32(), pa.string())
+        self.types.update({f"k{i}": key_type for i in range(len(keys))})
         if labeled:
             self.types["v0"] = pa.int8()
 

@@ -26,9 +26,9 @@ def hash_strings(values: pa.Array, salt: int) -> np.ndarray:
     """64-bit hashes of a string array (null hashes like the empty string)."""
     values = values.cast(pa.large_string()) if values.type != pa.large_string() else values
     n = len(values)
-    offsets = np.frombuffer(values.buffers()[1], dtype=np.int64)[values.offset:values.offset + n + 1]
+    offsets = np.frombuffer(values.buffers()[1], np.int64)[values.offset:values.offset + n + 1]
     data_buf = values.buffers()[2]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.empty(0, np.uint8)
     starts = offsets[:-1]
     lengths = np.diff(offsets)
     if values.null_count:
@@ -61,7 +61,8 @@ def hash_to_buckets(column: pa.Array | pa.ChunkedArray, salt: int, buckets: int)
         if pa.types.is_dictionary(chunk.type):
             table = (hash_strings(chunk.dictionary, salt) % mod).astype(np.int64)
             if chunk.null_count:  # nulls hash like the empty string, stored at the end
-                table = np.append(table, (hash_strings(pa.array([""]), salt) % mod).astype(np.int64))
+                empty = hash_strings(pa.array([""]), salt) % mod
+                table = np.append(table, empty.astype(np.int64))
                 idx = pc.fill_null(chunk.indices, len(chunk.dictionary))
             else:
                 idx = chunk.indices

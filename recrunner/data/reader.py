@@ -118,8 +118,9 @@ def iter_file(fmt: Format, path: str, block_bytes: int, errors: RowErrors) -> It
 
 
 def iter_examples(cfg: DatasetConfig, spec: str, pre: Preprocessor, errors: RowErrors,
-                  shard: Shard = Shard(), labeled: bool = True) -> Iterator[Batch]:
+                  shard: Shard | None = None, labeled: bool = True) -> Iterator[Batch]:
     """Blocks of parsed examples from every file of `spec` that belong to `shard`."""
+    shard = shard or Shard()
     files = expand_paths(spec)
     fmt = make_format(cfg, pre, labeled)
     by_file = len(files) >= shard.count

@@ -1,4 +1,7 @@
-"""Feature preprocessing shared by training, `recrun predict` and the server (saved with exports)."""
+"""Feature preprocessing shared by training, `recrun predict` and the server.
+
+It is saved in every export, so serving applies exactly what training applied.
+"""
 
 from dataclasses import asdict, dataclass
 

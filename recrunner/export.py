@@ -1,0 +1,106 @@
+"""The exported inference model: `paddle.jit.save` files plus `export.json` (inputs, outputs,
+and the preprocessing that turns raw rows into inputs), loadable by `paddle.inference`."""
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recrunner.data.transform import NUM_DENSE, NUM_SPARSE, Preprocessor
+
+MODEL_PREFIX = "model"
+META_FILE = "export.json"
+DENSE_INPUT = "dense"
+SPARSE_INPUT = "sparse_ids"
+OUTPUT = "prob"
+
+
+def save_export(net: Any, export_dir: str | Path, pre: Preprocessor, data_format: str,
+                model_name: str, extra: dict[str, Any] | None = None) -> Path:
+    """Save `net` (logits) as a probability model; replaces `export_dir` atomically."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle.static import InputSpec
+
+    class WithProbability(paddle.nn.Layer):
+        def __init__(self, inner: paddle.nn.Layer) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
+            return F.sigmoid(self.inner(dense, sparse_ids))
+
+    export_dir = Path(export_dir)
+    tmp = export_dir.with_name(export_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model = WithProbability(net)
+    model.eval()
+    paddle.jit.save(model, str(tmp / MODEL_PREFIX), input_spec=[
+        InputSpec([None, NUM_DENSE], "float32", DENSE_INPUT),
+        InputSpec([None, NUM_SPARSE], "int64", SPARSE_INPUT),
+    ])
+    meta = {
+        "model": model_name,
+        "format": data_format,
+        "inputs": [
+            {"name": DENSE_INPUT, "dtype": "float32", "shape": [-1, NUM_DENSE]},
+            {"name": SPARSE_INPUT, "dtype": "int64", "shape": [-1, NUM_SPARSE]},
+        ],
+        "outputs": [{"name": OUTPUT, "dtype": "float32", "shape": [-1, 1]}],
+        "preprocess": pre.to_dict(),
+        **(extra or {}),
+    }
+    (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
+    net.train()
+    if export_dir.exists():
+        shutil.rmtree(export_dir)
+    tmp.rename(export_dir)
+    return export_dir
+
+
+@dataclass
+class ExportedModel:
+    """A `paddle.inference` predictor over an export directory."""
+
+    path: Path
+    meta: dict[str, Any]
+    predictor: Any
+
+    @property
+    def preprocessor(self) -> Preprocessor:
+        return Preprocessor.from_dict(self.meta["preprocess"])
+
+    def predict(self, dense: np.ndarray, sparse_ids: np.ndarray) -> np.ndarray:
+        """Click probabilities, float32 [N]."""
+        names = self.predictor.get_input_names()
+        feeds = {DENSE_INPUT: np.ascontiguousarray(dense, np.float32),
+                 SPARSE_INPUT: np.ascontiguousarray(sparse_ids, np.int64)}
+        for name in names:
+            self.predictor.get_input_handle(name).copy_from_cpu(feeds[name])
+        self.predictor.run()
+        out = self.predictor.get_output_handle(self.predictor.get_output_names()[0])
+        return out.copy_to_cpu().reshape(-1)
+
+
+def load_export(export_dir: str | Path, threads: int = 1) -> ExportedModel:
+    from recrunner.errors import RecrunnerError
+    from recrunner.runtime import import_paddle
+
+    export_dir = Path(export_dir)
+    meta_path = export_dir / META_FILE
+    if not meta_path.is_file():
+        raise RecrunnerError(f"{export_dir} is not a recrunner export (no {META_FILE}); "
+                             "train first or point at <runner.output_dir>/export")
+    meta = json.loads(meta_path.read_text())
+    import_paddle(threads)
+    import paddle.inference as pi
+
+    config = pi.Config(str(export_dir / f"{MODEL_PREFIX}.json"),
+                       str(export_dir / f"{MODEL_PREFIX}.pdiparams"))
+    config.disable_gpu()
+    config.set_cpu_math_library_num_threads(threads)
+    config.disable_glog_info()
+    return ExportedModel(export_dir, meta, pi.create_predictor(config))

@@ -1,0 +1,1 @@
+"""Kubernetes: render, validate, apply and follow the PaddleJob of a config."""

@@ -1,0 +1,354 @@
+"""Kubernetes documents built from the config as plain dicts, one function per kind.
+
+Nothing here talks to a server or reads secrets: `render` takes the Secret's values (or none)
+and returns the documents in apply order.
+"""
+
+import copy
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+import yaml
+
+from recrunner.config.cluster import ClusterConfig, RoleResources, Scheduler, Toleration
+from recrunner.config.mode import ModeName
+from recrunner.config.schema import RootConfig
+from recrunner.k8s.validate import to_dns_label
+
+APP = "recrunner"
+PADDLE_API = "batch.paddlepaddle.org/v1"
+SAMPLE_API = "batch.paddlepaddle.org/v1alpha1"
+CONTAINER = "paddle"
+CONFIG_FILE = "config.yaml"
+JUICEFS_DRIVER = "csi.juicefs.com"
+# What `recrun submit` applies, in this order (dependencies first); delete goes backwards.
+KIND_ORDER = ("Secret", "PersistentVolume", "PersistentVolumeClaim", "ConfigMap", "SampleSet",
+              "SampleJob", "PaddleJob")
+
+
+@dataclass(frozen=True)
+class Names:
+    """Every resource name, derived once from the config."""
+
+    namespace: str
+    job: str
+    configmap: str
+    secret: str
+    pv: str
+    pvc: str
+    sampleset: str | None
+    samplejob: str | None
+
+
+def job_name(cfg: RootConfig) -> str:
+    return cfg.cluster.job_name or to_dns_label(f"{cfg.model.name}-{cfg.dataset.name}")
+
+
+def names_for(cfg: RootConfig) -> Names:
+    c = cfg.cluster
+    job = job_name(cfg)
+    ss = cfg.dataset.sampleset
+    has_job = bool(ss.name) and ss.job != "none"
+    return Names(
+        namespace=c.namespace,
+        job=job,
+        # Not <job>: the operator creates a ConfigMap named after the job for its endpoints.
+        configmap=f"{job}-config",
+        secret=c.juicefs.secret_name or f"{job}-juicefs",
+        # PersistentVolumes are cluster-wide: the namespace keeps them apart.
+        pv=f"{c.namespace}-{job}-models",
+        pvc=f"{job}-models",
+        sampleset=ss.name or None,
+        samplejob=f"{job}-{ss.job}" if has_job else None,
+    )
+
+
+def job_roles(cfg: RootConfig) -> dict[str, int]:
+    """PaddleJob roles and replicas: ps + worker for mode=ps, else a collective of workers."""
+    mode = cfg.mode
+    if mode.name == ModeName.ps:
+        return {"ps": mode.servers, "worker": mode.trainers}
+    if mode.name == ModeName.collective:
+        return {"worker": mode.nproc}
+    return {"worker": 1}  # local: one trainer, run on the cluster
+
+
+def labels(names: Names, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": APP,
+        "app.kubernetes.io/instance": names.job,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/managed-by": APP,
+    }
+
+
+def metadata(name: str, names: Names, component: str, *, namespaced: bool = True
+             ) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespaced:
+        meta["namespace"] = names.namespace
+    meta["labels"] = labels(names, component)
+    return meta
+
+
+def pod_config(cfg: RootConfig) -> RootConfig:
+    """The config the pods run: output goes to the model volume unless already below it."""
+    pod = copy.deepcopy(cfg)
+    mount = PurePosixPath(cfg.cluster.juicefs.mount_path)
+    out = PurePosixPath(cfg.runner.output_dir)
+    if not (out.is_absolute() and (out == mount or mount in out.parents)):
+        pod.runner.output_dir = str(mount / job_name(cfg))
+    return pod
+
+
+def config_yaml(cfg: RootConfig) -> str:
+    from recrunner.config.compose import to_yaml
+
+    return to_yaml(pod_config(cfg))
+
+
+# --- one function per kind -----------------------------------------------------------------
+
+def configmap(cfg: RootConfig, names: Names) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(names.configmap, names, "config"),
+        "data": {CONFIG_FILE: config_yaml(cfg)},
+    }
+
+
+def secret(names: Names, data: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(names.secret, names, "juicefs-secret"),
+        "type": "Opaque",
+        "stringData": dict(data),
+    }
+
+
+def persistent_volume(cluster: ClusterConfig, names: Names) -> dict[str, Any]:
+    jfs = cluster.juicefs
+    options = list(jfs.mount_options)
+    if jfs.sub_dir:
+        options.append(f"subdir=/{jfs.sub_dir.strip('/')}")
+    spec: dict[str, Any] = {
+        "capacity": {"storage": jfs.capacity},
+        "volumeMode": "Filesystem",
+        "accessModes": ["ReadWriteMany"],
+        # Model files outlive the job: deleting the claim keeps the data.
+        "persistentVolumeReclaimPolicy": "Retain",
+        "csi": {
+            "driver": JUICEFS_DRIVER,
+            "volumeHandle": names.pv,  # unique in the cluster, as the CSI driver requires
+            "fsType": "juicefs",
+            "nodePublishSecretRef": {"name": names.secret, "namespace": names.namespace},
+        },
+    }
+    if options:
+        spec["mountOptions"] = options
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": metadata(names.pv, names, "model-volume", namespaced=False),
+        "spec": spec,
+    }
+
+
+def persistent_volume_claim(cluster: ClusterConfig, names: Names) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata(names.pvc, names, "model-volume"),
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "volumeMode": "Filesystem",
+            # "" disables dynamic provisioning; volumeName binds exactly our static PV.
+            "storageClassName": "",
+            "volumeName": names.pv,
+            "resources": {"requests": {"storage": cluster.juicefs.capacity}},
+        },
+    }
+
+
+def _tolerations(items: list[Toleration]) -> list[dict[str, Any]]:
+    out = []
+    for t in items:
+        entry = {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect,
+                 "tolerationSeconds": t.toleration_seconds}
+        out.append({k: v for k, v in entry.items() if v is not None})
+    return out
+
+
+def sampleset(cfg: RootConfig, names: Names) -> dict[str, Any]:
+    from recrunner.k8s.validate import parse_quantity
+
+    ss = cfg.dataset.sampleset
+    mib = int(parse_quantity("dataset.sampleset.cache_quota", ss.cache_quota) / 2**20)
+    spec: dict[str, Any] = {"partitions": ss.partitions}
+    if ss.source_uri:
+        source: dict[str, Any] = {"uri": ss.source_uri}
+        if ss.secret_ref:
+            source["secretRef"] = {"name": ss.secret_ref, "namespace": names.namespace}
+        spec["source"] = source
+    # The cache engine is the same JuiceFS file system as the model volume.
+    spec["secretRef"] = {"name": names.secret, "namespace": names.namespace}
+    if ss.no_sync:
+        spec["noSync"] = True
+    spec["csi"] = {"driver": "juicefs"}
+    spec["cache"] = {"levels": [{"mediumType": ss.cache_medium, "path": ss.cache_path,
+                                 "cacheSize": mib}]}
+    if ss.node_affinity:
+        spec["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": key, "operator": "In", "values": list(values)}
+                for key, values in sorted(ss.node_affinity.items())]}]}}
+    if cfg.cluster.tolerations:
+        spec["tolerations"] = _tolerations(cfg.cluster.tolerations)
+    return {
+        "apiVersion": SAMPLE_API,
+        "kind": "SampleSet",
+        "metadata": metadata(str(names.sampleset), names, "sampleset"),
+        "spec": spec,
+    }
+
+
+def samplejob(cfg: RootConfig, names: Names) -> dict[str, Any]:
+    ss = cfg.dataset.sampleset
+    spec: dict[str, Any] = {"type": ss.job, "sampleSetRef": {"name": names.sampleset}}
+    if ss.job == "sync":
+        spec["secretRef"] = {"name": ss.secret_ref or names.secret, "namespace": names.namespace}
+        spec["syncOptions"] = {"source": ss.source_uri}
+    return {
+        "apiVersion": SAMPLE_API,
+        "kind": "SampleJob",
+        "metadata": metadata(str(names.samplejob), names, "samplejob"),
+        "spec": spec,
+    }
+
+
+def _resources(res: RoleResources) -> dict[str, Any]:
+    requests = {"cpu": res.cpu, "memory": res.memory}
+    limits: dict[str, Any] = {"cpu": res.cpu_limit or res.cpu,
+                              "memory": res.memory_limit or res.memory}
+    if res.gpus:
+        limits["nvidia.com/gpu"] = res.gpus
+    return {"requests": requests, "limits": limits}
+
+
+def _security_context(cluster: ClusterConfig) -> dict[str, Any]:
+    sc = cluster.security_context
+    entry = {"runAsUser": sc.run_as_user, "runAsGroup": sc.run_as_group,
+             "fsGroup": sc.fs_group, "runAsNonRoot": sc.run_as_non_root}
+    return {k: v for k, v in entry.items() if v is not None}
+
+
+def pod_template(cfg: RootConfig, names: Names, role: str) -> dict[str, Any]:
+    c = cfg.cluster
+    res: RoleResources = getattr(c.resources, role)
+    config_path = f"{c.config_mount_path.rstrip('/')}/{CONFIG_FILE}"
+    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+    env += [{"name": k, "value": str(v)} for k, v in sorted(c.env.items())]
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": c.image,
+        "imagePullPolicy": c.image_pull_policy,
+        "command": ["recrun", "train", "--config-file", config_path],
+        "env": env,
+        "resources": _resources(res),
+        "volumeMounts": [
+            {"name": "config", "mountPath": c.config_mount_path, "readOnly": True},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "models", "mountPath": c.juicefs.mount_path},
+        ],
+    }
+    spec: dict[str, Any] = {}
+    if c.scheduler == Scheduler.volcano:
+        spec["schedulerName"] = "volcano"
+    elif c.priority_class:
+        spec["priorityClassName"] = c.priority_class
+    if c.service_account:
+        spec["serviceAccountName"] = c.service_account
+    security = _security_context(c)
+    if security:
+        spec["securityContext"] = security
+    if c.node_selector:
+        spec["nodeSelector"] = dict(c.node_selector)
+    if c.tolerations:
+        spec["tolerations"] = _tolerations(c.tolerations)
+    if c.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in c.image_pull_secrets]
+    spec["containers"] = [container]
+    spec["volumes"] = [
+        {"name": "config", "configMap": {"name": names.configmap}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": res.shm_size}},
+        {"name": "models", "persistentVolumeClaim": {"claimName": names.pvc}},
+    ]
+    return {"metadata": {"labels": labels(names, role)}, "spec": spec}
+
+
+def paddlejob(cfg: RootConfig, names: Names) -> dict[str, Any]:
+    c = cfg.cluster
+    roles = job_roles(cfg)
+    spec: dict[str, Any] = {
+        "cleanPodPolicy": str(c.clean_pod_policy),
+        "intranet": str(c.intranet),
+        "withGloo": c.with_gloo,
+    }
+    if names.sampleset:
+        spec["sampleSetRef"] = {"name": names.sampleset,
+                                "mountPath": cfg.dataset.sampleset.mount_path}
+    if c.scheduler == Scheduler.volcano:
+        policy: dict[str, Any] = {"minAvailable": c.min_available or sum(roles.values())}
+        if c.queue:
+            policy["queue"] = c.queue
+        if c.priority_class:
+            policy["priorityClass"] = c.priority_class
+        spec["schedulingPolicy"] = policy
+    for role, replicas in roles.items():
+        spec[role] = {"replicas": replicas, "template": pod_template(cfg, names, role)}
+    return {
+        "apiVersion": PADDLE_API,
+        "kind": "PaddleJob",
+        "metadata": metadata(names.job, names, "paddlejob"),
+        "spec": spec,
+    }
+
+
+def render(cfg: RootConfig, secret_data: dict[str, str] | None) -> list[dict[str, Any]]:
+    """All documents in apply order; `secret_data` None: the Secret already exists."""
+    names = names_for(cfg)
+    docs: list[dict[str, Any]] = []
+    if secret_data is not None:
+        docs.append(secret(names, secret_data))
+    docs += [persistent_volume(cfg.cluster, names), persistent_volume_claim(cfg.cluster, names),
+             configmap(cfg, names)]
+    if names.sampleset:
+        docs.append(sampleset(cfg, names))
+    if names.samplejob:
+        docs.append(samplejob(cfg, names))
+    docs.append(paddlejob(cfg, names))
+    return docs
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    # Multi-line strings (the ConfigMap's config.yaml) as readable literal blocks.
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def dump(doc: dict[str, Any]) -> str:
+    return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
+
+
+def dump_all(docs: list[dict[str, Any]]) -> str:
+    return "".join(f"---\n{dump(doc)}" for doc in docs)

@@ -1,0 +1,76 @@
+"""JuiceFS Secret values: from the environment or a local file, never from the config."""
+
+import os
+from pathlib import Path
+
+from recrunner.config.cluster import JuiceFSConfig
+from recrunner.errors import RecrunnerError
+
+REDACTED = "<redacted>"
+# Keys of the JuiceFS CSI Secret (community edition) that are credentials.
+SENSITIVE_KEYS = ("metaurl", "access-key", "secret-key")
+REQUIRED_KEYS = ("metaurl",)
+# Not credentials: set in the config, but the environment or file may override them.
+PLAIN_KEYS = ("name", "storage", "bucket")
+
+
+def env_name(prefix: str, key: str) -> str:
+    return prefix + key.upper().replace("-", "_")
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """`NAME=value` lines (optionally `export NAME=value`, quotes stripped, # comments)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise RecrunnerError(
+            f"cluster.juicefs.secrets_file={str(path)!r} cannot be read: {exc.strerror}") from exc
+    values: dict[str, str] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        line = line.removeprefix("export ").strip()
+        name, sep, value = line.partition("=")
+        if not sep or not name.strip():
+            # The line may hold a secret: name the line, never echo it.
+            raise RecrunnerError(f"{path}:{lineno}: expected NAME=value")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[name.strip()] = value
+    return values
+
+
+def juicefs_secret_data(jfs: JuiceFSConfig) -> dict[str, str]:
+    """The Secret's stringData: plain keys from the config, credentials from env or file.
+
+    The environment wins over the file, so a CI job can override one value.
+    """
+    source: dict[str, str] = {}
+    if jfs.secrets_file:
+        source.update(read_env_file(Path(jfs.secrets_file).expanduser()))
+    source.update({k: v for k, v in os.environ.items() if k.startswith(jfs.secret_env_prefix)})
+    data = {"name": jfs.fs_name, "storage": jfs.storage, "bucket": jfs.bucket}
+    for key in (*PLAIN_KEYS, *SENSITIVE_KEYS):
+        value = source.get(env_name(jfs.secret_env_prefix, key))
+        if value:
+            data[key] = value
+    where = "the environment" + (f" or {jfs.secrets_file}" if jfs.secrets_file else "")
+    for key in REQUIRED_KEYS:
+        if not data.get(key):
+            raise RecrunnerError(
+                f"JuiceFS {key} not set: export {env_name(jfs.secret_env_prefix, key)} (not found "
+                f"in {where}), or set cluster.juicefs.secrets_file, or "
+                "cluster.juicefs.create_secret=false with an existing cluster.juicefs.secret_name")
+    if not data.get("name"):
+        raise RecrunnerError("cluster.juicefs.fs_name is empty")
+    return {k: v for k, v in data.items() if v}
+
+
+def sensitive_values(data: dict[str, str]) -> list[str]:
+    return [data[k] for k in SENSITIVE_KEYS if data.get(k)]
+
+
+def redact(data: dict[str, str]) -> dict[str, str]:
+    return {k: (REDACTED if k in SENSITIVE_KEYS else v) for k, v in data.items()}

@@ -1,0 +1,1 @@
+"""Training: the loop, evaluation metrics, checkpoints and the exported inference model."""

@@ -1,0 +1,74 @@
+"""Numbered per-epoch checkpoints, written atomically (temp dir + rename)."""
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+STATE_FILE = "state.json"
+MODEL_FILE = "model.pdparams"
+OPTIMIZER_FILE = "optimizer.pdopt"
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    epoch: int
+    state: dict[str, Any]
+
+
+def checkpoint_root(output_dir: str | Path) -> Path:
+    return Path(output_dir) / "checkpoints"
+
+
+def save(output_dir: str | Path, epoch: int, model_state: dict, optimizer_state: dict,
+         state: dict[str, Any]) -> Path:
+    """Write checkpoints/<epoch>/; a crash leaves only an ignored .tmp-* directory."""
+    import paddle
+
+    root = checkpoint_root(output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / str(epoch)
+    tmp = root / f".tmp-{epoch}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    paddle.save(model_state, str(tmp / MODEL_FILE))
+    paddle.save(optimizer_state, str(tmp / OPTIMIZER_FILE))
+    # state.json is written last: its presence marks a complete checkpoint.
+    (tmp / STATE_FILE).write_text(json.dumps({"epoch": epoch, **state}, indent=2))
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    if final.exists():  # re-saving an epoch (a resumed run): swap out the old one
+        old = root / f".old-{epoch}-{os.getpid()}"
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(final)
+    return final
+
+
+def latest(output_dir: str | Path) -> Checkpoint | None:
+    """The newest complete checkpoint, or None."""
+    root = checkpoint_root(output_dir)
+    if not root.is_dir():
+        return None
+    epochs = sorted((int(p.name) for p in root.iterdir()
+                     if p.name.isdigit() and (p / STATE_FILE).is_file()), reverse=True)
+    for epoch in epochs:
+        path = root / str(epoch)
+        try:
+            state = json.loads((path / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        return Checkpoint(path, epoch, state)
+    return None
+
+
+def load(ckpt: Checkpoint) -> tuple[dict, dict]:
+    import paddle
+
+    return paddle.load(str(ckpt.path / MODEL_FILE)), paddle.load(str(ckpt.path / OPTIMIZER_FILE))

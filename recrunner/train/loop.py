@@ -1,0 +1,219 @@
+"""The training loop: stream batches, train, evaluate, checkpoint, export. Model-agnostic."""
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from recrunner.config.schema import RootConfig
+from recrunner.data.batch import Batch
+from recrunner.data.errors import RowErrors
+from recrunner.data.reader import iter_examples, prefetch, rebatch
+from recrunner.data.synth import truth_path
+from recrunner.data.transform import NUM_DENSE, NUM_SPARSE, Preprocessor
+from recrunner.errors import RecrunnerError, TargetNotReached
+from recrunner.export import save_export
+from recrunner.models import load_net_class
+from recrunner.runtime import import_paddle
+from recrunner.train import checkpoint
+from recrunner.train.dist import LocalGroup
+from recrunner.train.metrics import evaluate_predictions
+
+log = logging.getLogger("recrunner.train")
+
+
+def preprocessor_for(cfg: RootConfig) -> Preprocessor:
+    return Preprocessor(cfg.model.sparse_feature_number, str(cfg.dataset.dense_transform),
+                        list(cfg.dataset.dense_min), list(cfg.dataset.dense_max))
+
+
+def build_net(cfg: RootConfig) -> Any:
+    return load_net_class(cfg.model.name)(cfg.model, NUM_DENSE, NUM_SPARSE)
+
+
+def model_fingerprint(cfg: RootConfig) -> dict[str, Any]:
+    """What must match for a checkpoint to be resumable into this config."""
+    return {"model": OmegaConf.to_container(OmegaConf.structured(cfg.model)),
+            "dense_transform": str(cfg.dataset.dense_transform)}
+
+
+def predict_batches(net: Any, batches: Iterator[Batch]) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, probabilities) over every batch, in order."""
+    import paddle
+    import paddle.nn.functional as F
+
+    labels, probs = [], []
+    net.eval()
+    with paddle.no_grad():
+        for batch in batches:
+            logits = net(paddle.to_tensor(batch.dense), paddle.to_tensor(batch.sparse))
+            probs.append(F.sigmoid(logits).numpy().reshape(-1))
+            labels.append(batch.label)
+    net.train()
+    if not probs:
+        return np.empty(0, np.float32), np.empty(0, np.float32)
+    return np.concatenate(labels), np.concatenate(probs)
+
+
+class Trainer:
+    def __init__(self, cfg: RootConfig, group: LocalGroup | None = None) -> None:
+        self.cfg = cfg
+        self.group = group or LocalGroup()
+        self.out = Path(cfg.runner.output_dir)
+        self.paddle = import_paddle(cfg.runner.threads)
+        self.pre = preprocessor_for(cfg)
+        self.errors = RowErrors(str(cfg.dataset.on_error), cfg.dataset.max_logged_errors)
+        self.paddle.seed(cfg.runner.seed)
+        np.random.seed(cfg.runner.seed)
+        self.net = build_net(cfg)
+        self.model = self.group.wrap(self.net)
+        self.opt = self.paddle.optimizer.Adam(
+            learning_rate=cfg.runner.learning_rate, parameters=self.net.parameters(),
+            lazy_mode=True)  # updates only the embedding rows a batch touched
+        self.epoch = 0
+        self.step = 0
+        self.train_seconds = 0.0
+        self.train_examples = 0
+
+    # --- state -------------------------------------------------------------------------
+    def restore(self) -> None:
+        ckpt = checkpoint.latest(self.out)
+        if not self.cfg.runner.resume:
+            if ckpt is not None:
+                raise RecrunnerError(
+                    f"{self.out} already holds checkpoint {ckpt.epoch}; pass runner.resume=true "
+                    "to continue it or choose another runner.output_dir")
+            return
+        if ckpt is None:
+            log.info("runner.resume=true but no checkpoint in %s: starting fresh", self.out)
+            return
+        if ckpt.state.get("fingerprint") != model_fingerprint(self.cfg):
+            raise RecrunnerError(f"checkpoint {ckpt.path} was trained with another model config; "
+                                 "resume with the same model.* and dataset.dense_transform")
+        model_state, opt_state = checkpoint.load(ckpt)
+        self.net.set_state_dict(model_state)
+        self.opt.set_state_dict(opt_state)
+        self.epoch, self.step = ckpt.epoch, ckpt.state["step"]
+        self.train_seconds = ckpt.state.get("train_seconds", 0.0)
+        self.train_examples = ckpt.state.get("train_examples", 0)
+        log.info("resumed from %s (epoch %d, step %d)", ckpt.path, self.epoch, self.step)
+
+    def save_checkpoint(self) -> None:
+        if self.group.is_writer:
+            path = checkpoint.save(self.out, self.epoch, self.net.state_dict(),
+                                   self.opt.state_dict(), {
+                                       "step": self.step,
+                                       "train_seconds": self.train_seconds,
+                                       "train_examples": self.train_examples,
+                                       "fingerprint": model_fingerprint(self.cfg),
+                                   })
+            log.info("checkpoint %s", path)
+        self.group.barrier()
+
+    # --- data --------------------------------------------------------------------------
+    def batches(self, spec: str, size: int, shard: bool = True) -> Iterator[Batch]:
+        blocks = iter_examples(self.cfg.dataset, spec, self.pre, self.errors,
+                               self.group.shard if shard else LocalGroup().shard)
+        return prefetch(rebatch(blocks, size))
+
+    # --- evaluation --------------------------------------------------------------------
+    def evaluate(self) -> dict[str, Any]:
+        start = time.perf_counter()
+        labels, probs = predict_batches(
+            self.net, self.batches(self.cfg.dataset.test, self.cfg.runner.eval_batch_size))
+        seconds = time.perf_counter() - start
+        labels, probs = self.group.gather(labels), self.group.gather(probs)
+        truth_file = truth_path(self.cfg.dataset.test)
+        truth = np.load(truth_file) if truth_file.is_file() else None
+        metrics = evaluate_predictions(labels, probs, truth)
+        metrics["eval_examples_per_sec"] = self.group.sum(len(labels) / self.group.world) / max(
+            seconds, 1e-9)
+        return metrics
+
+    def record(self, metrics: dict[str, Any]) -> None:
+        row = {"epoch": self.epoch, "step": self.step, "train_examples": self.train_examples,
+               **metrics}
+        if self.group.is_writer:
+            with open(self.out / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(row) + "\n")
+        log.info("epoch %d step %d: auc=%.5f logloss=%.5f mean_pred=%.4f mean_label=%.4f",
+                 self.epoch, self.step, metrics["auc"], metrics["logloss"],
+                 metrics["mean_pred"], metrics["mean_label"])
+
+    # --- training ----------------------------------------------------------------------
+    def train_epoch(self) -> None:
+        import paddle.nn.functional as F
+        from tqdm import tqdm
+
+        cfg = self.cfg.runner
+        bar = tqdm(desc=f"epoch {self.epoch + 1}/{cfg.epochs}", unit="ex", unit_scale=True,
+                   disable=not cfg.progress or not self.group.is_writer, mininterval=1.0)
+        to_tensor = self.paddle.to_tensor
+        loss_sum, loss_n = 0.0, 0
+        start = time.perf_counter()
+        for batch in self.batches(self.cfg.dataset.train, cfg.batch_size):
+            logits = self.model(to_tensor(batch.dense), to_tensor(batch.sparse))
+            loss = F.binary_cross_entropy_with_logits(logits, to_tensor(batch.label[:, None]))
+            loss.backward()
+            self.opt.step()
+            self.opt.clear_grad()
+            self.step += 1
+            self.train_examples += len(batch)
+            loss_sum += float(loss)
+            loss_n += 1
+            bar.update(len(batch))
+            if self.step % cfg.log_every_steps == 0:
+                bar.set_postfix(loss=f"{loss_sum / loss_n:.4f}")
+                loss_sum, loss_n = 0.0, 0
+            if cfg.eval_steps and self.step % cfg.eval_steps == 0:
+                self.train_seconds += time.perf_counter() - start
+                self.record(self.evaluate())
+                start = time.perf_counter()
+        self.train_seconds += time.perf_counter() - start
+        bar.close()
+        self.epoch += 1
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg.runner
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.restore()
+        metrics: dict[str, Any] | None = None
+        while self.epoch < cfg.epochs:
+            self.train_epoch()
+            metrics = self.evaluate()
+            self.record(metrics)
+            self.save_checkpoint()
+        if metrics is None:  # everything was already trained: report the checkpoint
+            metrics = self.evaluate()
+        summary = self.finish(metrics)
+        if cfg.target_auc is not None and not metrics["auc"] >= cfg.target_auc:
+            raise TargetNotReached(
+                f"final AUC {metrics['auc']:.5f} is below runner.target_auc={cfg.target_auc}; "
+                f"train longer with runner.resume=true runner.epochs={cfg.epochs + 1}")
+        return summary
+
+    def finish(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        export_dir = self.out / "export"
+        summary = {
+            **metrics,
+            "epochs": self.epoch,
+            "steps": self.step,
+            "train_examples": self.train_examples,
+            "examples_per_sec": self.train_examples / max(self.train_seconds, 1e-9),
+            "skipped_rows": self.errors.count,
+            "export_dir": str(export_dir),
+            "mode": str(self.cfg.mode.name),
+            "world_size": self.group.world,
+        }
+        if self.group.is_writer:
+            save_export(self.net, export_dir, self.pre, str(self.cfg.dataset.format),
+                        self.cfg.model.name, {"metrics": metrics})
+            (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
+            log.info("export %s; %.0f examples/s", export_dir, summary["examples_per_sec"])
+        self.group.barrier()
+        return summary
