@@ -24,6 +24,10 @@ COMMANDS: dict[str, Command] = {
     "eval": Command("recrunner.commands.eval", "AUC and logloss of a checkpoint or export"),
     "predict": Command("recrunner.commands.predict", "click probabilities for raw rows"),
     "data": Command("recrunner.commands.data", "generate synthetic data, convert, inspect"),
+    "submit": Command("recrunner.commands.submit", "render and apply the PaddleJob (cluster=k8s)"),
+    "status": Command("recrunner.commands.status", "phase and pods of the submitted PaddleJob"),
+    "logs": Command("recrunner.commands.logs", "output of one PaddleJob pod (--role, --index)"),
+    "delete": Command("recrunner.commands.delete", "remove the PaddleJob and its resources"),
 }
 
 # Hydra's own flags that take a value (the rest of argv is key=value overrides).

@@ -1,0 +1,39 @@
+"""`recrun logs cluster=k8s [--role worker --index 0]`: one PaddleJob pod's output."""
+
+import argparse
+
+from recrunner.config.schema import RootConfig
+from recrunner.errors import RecrunnerError
+
+KEYS = ["cluster.namespace", "cluster.job_name", "mode.name"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--role", choices=("worker", "ps"), default="worker",
+                        help="which PaddleJob role's pod (default worker)")
+    parser.add_argument("--index", type=int, default=0, help="the pod's index in its role")
+    parser.add_argument("-f", "--follow", action="store_true", help="stream while it runs")
+    parser.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
+
+
+def run(cfg: RootConfig, args: argparse.Namespace) -> int:
+    from recrunner.k8s import ops
+    from recrunner.k8s.client import Kube, write_stream
+    from recrunner.k8s.manifests import CONTAINER, job_roles
+
+    names = ops.validate_names(cfg)
+    roles = job_roles(cfg)
+    if args.role not in roles:
+        raise RecrunnerError(f"--role {args.role}: mode={cfg.mode.name} runs only "
+                             f"{', '.join(roles)} pods")
+    if not 0 <= args.index < roles[args.role]:
+        raise RecrunnerError(f"--index {args.index}: the job has {roles[args.role]} "
+                             f"{args.role} pod(s), index 0..{roles[args.role] - 1}")
+    if args.tail is not None and args.tail < 0:
+        raise RecrunnerError(f"--tail {args.tail} must be >= 0")
+    # The operator names pods <job>-<role>-<index>.
+    pod = f"{names.job}-{args.role}-{args.index}"
+    kube = Kube(cfg.cluster.context)
+    write_stream(kube.pod_log(pod, names.namespace, CONTAINER, follow=args.follow,
+                              tail=args.tail))
+    return 0

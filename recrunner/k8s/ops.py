@@ -1,0 +1,122 @@
+"""What the submit/status/logs/delete commands share: render + validate, output, targets."""
+
+import copy
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recrunner.config.schema import RootConfig
+from recrunner.errors import RecrunnerError
+from recrunner.k8s import manifests, secrets, validate
+from recrunner.k8s.client import Ref
+from recrunner.k8s.manifests import KIND_ORDER, Names
+
+
+@dataclass
+class Rendered:
+    docs: list[dict[str, Any]]
+    names: Names
+    secret_values: tuple[str, ...] = ()
+    notes: list[str] = field(default_factory=list)
+
+
+def crd_dir(cfg: RootConfig) -> Path:
+    return Path(cfg.cluster.crd_dir) if cfg.cluster.crd_dir else validate.default_crd_dir()
+
+
+def check_no_leaks(docs: list[dict[str, Any]], values: tuple[str, ...]) -> None:
+    """Credentials belong in the Secret only: refuse if one surfaces anywhere else."""
+    for doc in docs:
+        if doc["kind"] == "Secret":
+            continue
+        text = manifests.dump(doc)
+        if any(v in text for v in values):
+            raise RecrunnerError(
+                f"a JuiceFS credential appears in {doc['kind']}/{doc['metadata']['name']} "
+                "(copied into the config, e.g. cluster.env or a data path?): remove it; "
+                "credentials go only in the Secret")
+
+
+def render(cfg: RootConfig) -> Rendered:
+    """Validate the config, read the Secret's values, build and validate every document."""
+    validate.validate_config(cfg)
+    jfs = cfg.cluster.juicefs
+    data = secrets.juicefs_secret_data(jfs) if jfs.create_secret else None
+    values = tuple(secrets.sensitive_values(data or {}))
+    docs = manifests.render(cfg, data)
+    check_no_leaks(docs, values)
+    notes = validate.validate_documents(docs, crd_dir(cfg))
+    return Rendered(docs, manifests.names_for(cfg), values, notes)
+
+
+def redacted(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for doc in docs:
+        if doc["kind"] == "Secret":
+            doc = copy.deepcopy(doc)
+            doc["stringData"] = secrets.redact(doc["stringData"])
+        out.append(doc)
+    return out
+
+
+def file_name(index: int, doc: dict[str, Any]) -> str:
+    # Numbered so `kubectl apply -f DIR` (which goes by file name) keeps the apply order.
+    return f"{index:02d}-{doc['kind'].lower()}-{doc['metadata']['name']}.yaml"
+
+
+def write_dir(docs: list[dict[str, Any]], out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, doc in enumerate(docs, 1):
+        path = out_dir / file_name(i, doc)
+        if doc["kind"] == "Secret":
+            # Owner-only from the first byte: it may hold credentials (--show-secrets).
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(manifests.dump(doc))
+            path.chmod(0o600)
+        else:
+            path.write_text(manifests.dump(doc))
+        paths.append(path)
+    return paths
+
+
+def validate_names(cfg: RootConfig) -> Names:
+    """The checks status/logs/delete need: they address objects, they build none."""
+    c = cfg.cluster
+    if c.name != "k8s":
+        raise RecrunnerError(f"cluster.name={c.name} but this command needs cluster=k8s")
+    validate.check_name("cluster.namespace", c.namespace)
+    names = manifests.names_for(cfg)
+    validate.check_name("cluster.job_name", names.job, kind="dns1035",
+                        max_len=validate.JOB_NAME_MAX)
+    return names
+
+
+def targets(cfg: RootConfig, names: Names, keep_data: bool) -> list[Ref]:
+    """What `recrun delete` removes, in reverse apply order.
+
+    A Secret recrunner did not create (cluster.juicefs.create_secret=false) is left alone;
+    keep_data also keeps the SampleSet cache and the model volume with its Secret.
+    """
+    ns = names.namespace
+    refs = {
+        "Secret": Ref("v1", "Secret", names.secret, ns)
+        if cfg.cluster.juicefs.create_secret and not keep_data else None,
+        "PersistentVolume": None if keep_data else Ref("v1", "PersistentVolume", names.pv, None),
+        "PersistentVolumeClaim": None if keep_data
+        else Ref("v1", "PersistentVolumeClaim", names.pvc, ns),
+        "ConfigMap": Ref("v1", "ConfigMap", names.configmap, ns),
+        "SampleSet": Ref(manifests.SAMPLE_API, "SampleSet", names.sampleset, ns)
+        if names.sampleset and not keep_data else None,
+        "SampleJob": Ref(manifests.SAMPLE_API, "SampleJob", names.samplejob, ns)
+        if names.samplejob else None,
+        "PaddleJob": Ref(manifests.PADDLE_API, "PaddleJob", names.job, ns),
+    }
+    return [r for kind in reversed(KIND_ORDER) if (r := refs[kind]) is not None]
+
+
+def note(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr)
