@@ -1,0 +1,43 @@
+"""`recrun data synth|stats`: generate the synthetic dataset, or read one and report on it."""
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from recrunner.config.schema import RootConfig
+from recrunner.data.errors import RowErrors
+from recrunner.data.reader import iter_examples
+from recrunner.data.synth import generate
+from recrunner.train.loop import preprocessor_for
+
+KEYS = ["dataset.train", "dataset.test", "dataset.format", "dataset.synth.train_rows",
+        "dataset.synth.test_rows", "dataset.synth.seed"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["synth", "stats"],
+                        help="synth: (re)write dataset.train/test from dataset.synth; "
+                             "stats: parse dataset.train and report rows/s, CTR, skipped rows")
+
+
+def run(cfg: RootConfig, args: argparse.Namespace) -> int:
+    if args.action == "synth":
+        for split, (path, rows) in enumerate(((cfg.dataset.train, cfg.dataset.synth.train_rows),
+                                              (cfg.dataset.test, cfg.dataset.synth.test_rows))):
+            start = time.perf_counter()
+            generate(path, rows, cfg.dataset.synth.seed, split, cfg.dataset.synth.base_ctr)
+            print(json.dumps({"path": path, "rows": rows,
+                              "rows_per_sec": rows / (time.perf_counter() - start)}))
+        return 0
+    errors = RowErrors(str(cfg.dataset.on_error), cfg.dataset.max_logged_errors)
+    rows, clicks = 0, 0.0
+    start = time.perf_counter()
+    for batch in iter_examples(cfg.dataset, cfg.dataset.train, preprocessor_for(cfg), errors):
+        rows += len(batch)
+        clicks += float(np.sum(batch.label))
+    seconds = time.perf_counter() - start
+    print(json.dumps({"path": cfg.dataset.train, "rows": rows, "ctr": clicks / max(rows, 1),
+                      "skipped_rows": errors.count, "rows_per_sec": rows / max(seconds, 1e-9)}))
+    return 0
