@@ -10,7 +10,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 SMALL_MODEL = ["model.sparse_feature_number=10007", "model.sparse_feature_dim=8",
-               "model.fc_sizes=[64,32]", "runner.progress=false"]
+               "model.fc_sizes=[64,32]", "runner.progress=false", "runner.batch_size=256",
+               "runner.learning_rate=0.002"]
 
 
 def recrun(*args: str, cwd: Path | None = None, timeout: float = 300,

@@ -1,6 +1,48 @@
-"""Schema of the `serving` group: the online prediction server."""
+"""Schema of the `serving` group: the online prediction server and its PaddleService."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class ScaleMetric(StrEnum):
+    """What Knative scales a PaddleService on (the CRD's enum)."""
+
+    concurrency = "concurrency"
+    rps = "rps"
+    cpu = "cpu"
+
+
+@dataclass
+class ServingK8sConfig:
+    """The PaddleService (elasticserving.paddlepaddle.org/v1) of `recrun serve cluster=k8s`."""
+
+    # DNS-1123 name; null: <model.name>-serving with '_' turned into '-'.
+    name: str | None = None
+    # null: cluster.namespace.
+    namespace: str | None = None
+    runtime_version: str = "paddleserving"
+    # Image with recrunner installed (k8s/Dockerfile); null: cluster.image. A ':tag' suffix on
+    # the image wins over `tag`.
+    image: str | None = None
+    tag: str = "latest"
+    port: int = 9292
+    # Where pods fetch the bundle (fsspec URL of serving_bundle.tar.gz, e.g. s3://b/x.tar.gz);
+    # null: the export is read in place from model_path (e.g. a mounted JuiceFS volume).
+    bundle_url: str | None = None
+    # Export directory inside the pod when bundle_url is null; null: <runner.output_dir>/export.
+    model_path: str | None = None
+    # Knative autoscaling of the default endpoint.
+    min_scale: int = 1
+    max_scale: int = 4
+    metric: ScaleMetric = ScaleMetric.concurrency
+    # Target per pod: concurrent requests, requests/s, or CPU percent, by `metric`.
+    target: int = 16
+    window: str = "60s"
+    cpu: str = "2"
+    memory: str = "2Gi"
+    # null: the requests.
+    cpu_limit: str | None = None
+    memory_limit: str | None = None
 
 
 @dataclass
@@ -10,3 +52,22 @@ class ServingConfig:
     model_dir: str | None = None
     host: str = "127.0.0.1"
     port: int = 9292
+    # Paddle math threads per predictor; 2 threads were slower than 1 on a 2-core machine.
+    threads: int = 1
+    # Predictor threads (each with its own predictor clone) draining the batch queue.
+    workers: int = 1
+    # Micro-batching: requests are merged up to this many rows, larger ones split into chunks.
+    max_batch_rows: int = 512
+    # How long a batch waits for more requests after its first one (0: take what is queued).
+    batch_wait_ms: float = 0.0
+    # Rows queued for the predictor beyond which new requests get 503 (back-pressure).
+    max_queue_rows: int = 131072
+    # A request not answered by then gets 503; nothing waits longer.
+    request_timeout_s: float = 10.0
+    # Bodies larger than this get 413 before they are read.
+    max_body_bytes: int = 16 * 1024 * 1024
+    # Idle keep-alive connections (and slow senders) are closed after this many seconds.
+    socket_timeout_s: float = 30.0
+    # SIGTERM: stop accepting, finish in-flight requests for at most this long, then exit.
+    shutdown_timeout_s: float = 20.0
+    k8s: ServingK8sConfig = field(default_factory=ServingK8sConfig)

@@ -21,13 +21,16 @@ Format = CriteoFormat | SlotFormat
 
 def expand_paths(spec: str) -> list[str]:
     """A path, glob, directory or fsspec URL -> sorted list of data files (URLs kept)."""
-    fs, _, paths = fsspec.get_fs_token_paths(spec)
-    files: list[str] = []
-    for path in paths:
-        if fs.isdir(path):
-            files += [p for p in fs.find(path) if not p.rsplit("/", 1)[-1].startswith((".", "_"))]
-        elif fs.exists(path):
-            files.append(path)
+    fs, root = fsspec.core.url_to_fs(spec)
+    if any(c in root for c in "*?["):
+        paths = fs.glob(root)
+    elif fs.isdir(root):
+        paths = fs.find(root)
+    else:
+        paths = [root] if fs.exists(root) else []
+    files = [p for p in paths if not fs.isdir(p)
+             and not p.rsplit("/", 1)[-1].startswith((".", "_"))  # _SUCCESS, .crc, ...
+             and not p.endswith(".truth.npy")]
     if not files:
         raise DataError(f"no data files match {spec!r}")
     return [fs.unstrip_protocol(p) if "://" in spec else p for p in sorted(files)]

@@ -6,6 +6,7 @@ merge for built-in kinds, JSON merge for custom resources), so re-submitting upd
 
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -54,7 +55,9 @@ class Kube:
         self._secrets = tuple(s for s in secrets if s)
         conf = client.Configuration()
         try:
-            config.load_kube_config(context=context, client_configuration=conf)
+            # KUBECONFIG read now: the client library reads it once, at import.
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), context=context,
+                                    client_configuration=conf)
         except Exception as kube_exc:  # missing file, unknown context, bad YAML: all one story
             try:
                 config.load_incluster_config(client_configuration=conf)
@@ -141,30 +144,42 @@ class Kube:
         group, version = ref.api_version.split("/")
         return group, version, str(ref.namespace), CUSTOM_PLURALS[ref.kind]
 
-    def _create(self, ref: Ref, body: dict[str, Any]) -> Any:
-        if ref.kind in CUSTOM_PLURALS:
-            return self.custom.create_namespaced_custom_object(*self._custom_args(ref), body)
-        if ref.kind == "PersistentVolume":
-            return self.core.create_persistent_volume(body)
-        return getattr(self.core, f"create_namespaced_{CORE_SNAKE[ref.kind]}")(
-            ref.namespace, body)
+    @staticmethod
+    def _raw(fn: Callable[..., Any], *args: Any) -> bytes:
+        # Unparsed: no dependence on the client's typed models (strict in some versions) for
+        # answers we do not need; non-2xx still raises ApiException.
+        resp = fn(*args, _preload_content=False)
+        try:
+            return resp.data
+        finally:
+            resp.release_conn()
 
-    def _patch(self, ref: Ref, body: dict[str, Any]) -> Any:
+    def _create(self, ref: Ref, body: dict[str, Any]) -> bytes:
         if ref.kind in CUSTOM_PLURALS:
-            return self.custom.patch_namespaced_custom_object(
-                *self._custom_args(ref), ref.name, body)
+            return self._raw(self.custom.create_namespaced_custom_object,
+                             *self._custom_args(ref), body)
         if ref.kind == "PersistentVolume":
-            return self.core.patch_persistent_volume(ref.name, body)
-        return getattr(self.core, f"patch_namespaced_{CORE_SNAKE[ref.kind]}")(
-            ref.name, ref.namespace, body)
+            return self._raw(self.core.create_persistent_volume, body)
+        return self._raw(getattr(self.core, f"create_namespaced_{CORE_SNAKE[ref.kind]}"),
+                         ref.namespace, body)
 
-    def _delete(self, ref: Ref) -> Any:
+    def _patch(self, ref: Ref, body: dict[str, Any]) -> bytes:
         if ref.kind in CUSTOM_PLURALS:
-            return self.custom.delete_namespaced_custom_object(*self._custom_args(ref), ref.name)
+            return self._raw(self.custom.patch_namespaced_custom_object,
+                             *self._custom_args(ref), ref.name, body)
         if ref.kind == "PersistentVolume":
-            return self.core.delete_persistent_volume(ref.name)
-        return getattr(self.core, f"delete_namespaced_{CORE_SNAKE[ref.kind]}")(
-            ref.name, ref.namespace)
+            return self._raw(self.core.patch_persistent_volume, ref.name, body)
+        return self._raw(getattr(self.core, f"patch_namespaced_{CORE_SNAKE[ref.kind]}"),
+                         ref.name, ref.namespace, body)
+
+    def _delete(self, ref: Ref) -> bytes:
+        if ref.kind in CUSTOM_PLURALS:
+            return self._raw(self.custom.delete_namespaced_custom_object,
+                             *self._custom_args(ref), ref.name)
+        if ref.kind == "PersistentVolume":
+            return self._raw(self.core.delete_persistent_volume, ref.name)
+        return self._raw(getattr(self.core, f"delete_namespaced_{CORE_SNAKE[ref.kind]}"),
+                         ref.name, ref.namespace)
 
     def apply(self, doc: dict[str, Any]) -> str:
         """Create the object, or patch it when it exists: 'created' or 'configured'."""
@@ -190,7 +205,8 @@ class Kube:
 
     def get_custom(self, ref: Ref) -> dict[str, Any] | None:
         try:
-            return self.custom.get_namespaced_custom_object(*self._custom_args(ref), ref.name)
+            return json.loads(self._raw(self.custom.get_namespaced_custom_object,
+                                        *self._custom_args(ref), ref.name))
         except Exception as exc:
             if self._missing_object(exc, ref):
                 return None

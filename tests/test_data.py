@@ -1,0 +1,183 @@
+"""Readers for both formats, CSV with a header, gzip, fsspec URLs, bad rows, sharding, hashing."""
+
+import gzip
+import subprocess
+import sys
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from recrunner.config.dataset import DataFormat, DatasetConfig, OnError
+from recrunner.data.errors import DataError, RowErrors
+from recrunner.data.hashing import field_salt, hash_strings, hash_to_buckets
+from recrunner.data.reader import Shard, iter_examples
+from recrunner.data.transform import DENSE_NAMES, SPARSE_NAMES, Preprocessor
+from tests.conftest import shared_file
+
+PRE = Preprocessor(1_000_001, "log")
+
+
+def rows(n: int, seed: int = 0) -> list[list[str]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        dense = [str(v) if v >= 0 else "" for v in rng.integers(-2, 50, 13)]
+        cats = [f"{v:08x}" if v % 7 else "" for v in rng.integers(0, 2**32, 26)]
+        out.append([str(int(rng.random() < 0.3)), *dense, *cats])
+    return out
+
+
+def write(path, lines: list[str], opener=open) -> str:
+    with opener(path, "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    return str(path)
+
+
+def read_all(spec: str, fmt: DataFormat = DataFormat.criteo, errors: RowErrors | None = None,
+             shard: Shard | None = None, block_bytes: int = 1 << 20, pre: Preprocessor = PRE):
+    cfg = DatasetConfig(name="t", train=spec, test=spec, format=fmt, block_bytes=block_bytes)
+    batches = list(iter_examples(cfg, spec, pre, errors or RowErrors(), shard))
+    dense = np.concatenate([b.dense for b in batches])
+    sparse = np.concatenate([b.sparse for b in batches])
+    label = np.concatenate([b.label for b in batches])
+    return dense, sparse, label
+
+
+def expected(table: list[list[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row-by-row reference of the preprocessing (slow, obviously correct)."""
+    label = np.array([float(r[0]) for r in table], np.float32)
+    dense = np.array([[np.log1p(max(float(v), 0)) if v else 0.0 for v in r[1:14]] for r in table],
+                     np.float32)
+    sparse = np.array([[int(hash_strings(pa.array([v]), field_salt(SPARSE_NAMES[j]))[0]
+                            % np.uint64(1_000_001)) for j, v in enumerate(r[14:])]
+                       for r in table])
+    return dense, sparse, label
+
+
+def test_criteo_tsv_matches_reference(tmp_path) -> None:
+    table = rows(300)
+    got = read_all(write(tmp_path / "a.tsv", ["\t".join(r) for r in table]), block_bytes=4096)
+    want = expected(table)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[2], want[2])
+
+
+def test_csv_with_header_gzip_and_memory_url(tmp_path) -> None:
+    table = rows(200, seed=1)
+    want = read_all(write(tmp_path / "plain.tsv", ["\t".join(r) for r in table]))
+    header = ",".join(["label", *DENSE_NAMES, *SPARSE_NAMES])
+    csv_lines = [header] + [",".join(r) for r in table]
+    csv = read_all(write(tmp_path / "a.csv", csv_lines))
+    gz = read_all(write(tmp_path / "a.csv.gz", csv_lines, gzip.open))
+    with fsspec.open("memory://bucket/part-0.tsv", "wt") as f:
+        f.write("\n".join("\t".join(r) for r in table) + "\n")
+    mem = read_all("memory://bucket/")
+    for other in (csv, gz, mem):
+        for a, b in zip(want, other, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_directory_and_glob_read_every_file(tmp_path) -> None:
+    for k in range(3):
+        write(tmp_path / f"part-{k}.tsv", ["\t".join(r) for r in rows(50, seed=k)])
+    assert len(read_all(str(tmp_path))[2]) == 150
+    assert len(read_all(str(tmp_path / "part-[01].tsv"))[2]) == 100
+
+
+def test_paddlerec_slot_sample() -> None:
+    path = shared_file("data/paddlerec_wide_deep_sample_train.txt")
+    dense, sparse, label = read_all(str(path), DataFormat.slot)
+    first = path.read_text().splitlines()[0].split()
+    assert len(label) == 80 and set(np.unique(label)) <= {0.0, 1.0}
+    assert label[0] == float(first[0].split(":")[1])
+    np.testing.assert_allclose(dense[0], [float(t.split(":")[1]) for t in first[1:14]], rtol=1e-6)
+    assert sparse[0].tolist() == [int(t.split(":")[1]) for t in first[14:]]
+
+
+def bad_file(tmp_path) -> tuple[str, int]:
+    lines = ["\t".join(r) for r in rows(40, seed=3)]
+    lines[4] = lines[4].rsplit("\t", 2)[0]  # wrong column count
+    lines[9] = "\t".join(["1", "abc", *lines[9].split("\t")[2:]])  # non-numeric dense
+    lines[20] = "\t".join(["7", *lines[20].split("\t")[1:]])  # bad label
+    return write(tmp_path / "bad.tsv", lines), 40
+
+
+def test_malformed_rows_fail_with_file_and_line(tmp_path) -> None:
+    path, _ = bad_file(tmp_path)
+    with pytest.raises(DataError, match=r"bad.tsv:5: expected 40 columns, got 38"):
+        read_all(path)
+
+
+def test_malformed_rows_skip_counts_and_keeps_good_rows(tmp_path, caplog) -> None:
+    path, n = bad_file(tmp_path)
+    errors = RowErrors("skip", max_logged=2)
+    dense, sparse, label = read_all(path, errors=errors)
+    assert errors.count == 3 and len(label) == n - 3
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "bad.tsv:5" in logged and "bad.tsv:10: I1 is not a number: 'abc'" in logged
+    good = [line.split("\t") for i, line in enumerate(open(path).read().splitlines())
+            if i not in (4, 9, 20)]
+    np.testing.assert_array_equal(sparse, expected(good)[1])
+
+
+def test_slot_format_errors_name_the_line(tmp_path) -> None:
+    path = shared_file("data/paddlerec_wide_deep_sample_train.txt")
+    lines = path.read_text().splitlines()[:10]
+    lines[3] = lines[3].replace("click:", "clack:")
+    bad = write(tmp_path / "slot.txt", lines)
+    with pytest.raises(DataError, match=r"slot.txt:4: token 1 should be click"):
+        read_all(bad, DataFormat.slot)
+    small = Preprocessor(1000)
+    with pytest.raises(DataError, match=r"slot2.txt:1: slot 1 id \d+ is out of range"):
+        read_all(write(tmp_path / "slot2.txt", lines[:1]), DataFormat.slot, pre=small)
+
+
+def test_shards_are_disjoint_and_complete(tmp_path) -> None:
+    table = rows(1000, seed=4)
+    one = write(tmp_path / "one.tsv", ["\t".join(r) for r in table])
+    full = read_all(one)[1]
+    parts = [read_all(one, shard=Shard(i, 3), block_bytes=8192)[1] for i in range(3)]
+    assert sum(len(p) for p in parts) == len(full)
+    np.testing.assert_array_equal(np.concatenate(parts)[np.argsort(np.concatenate(
+        [np.arange(i, len(full), 3) for i in range(3)]), kind="stable")], full)
+    for k in range(4):
+        write(tmp_path / "many" / f"p{k}.tsv", ["\t".join(r) for r in table[k::4]]) if (
+            tmp_path / "many").mkdir(exist_ok=True) is None else None
+    by_file = [len(read_all(str(tmp_path / "many"), shard=Shard(i, 2))[2]) for i in range(2)]
+    assert sum(by_file) == 1000 and min(by_file) > 0
+
+
+def test_hash_is_stable_across_processes() -> None:
+    values = ["68fd1e64", "", "05db9164", "x" * 70, "é"]
+    code = ("import pyarrow as pa; from recrunner.data.hashing import hash_to_buckets;"
+            f"print(hash_to_buckets(pa.array({values!r}), 12345, 1000001).tolist())")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={"PYTHONHASHSEED": str(seed), "PATH": ""}, check=True).stdout
+            for seed in (1, 2)}
+    here = str(hash_to_buckets(pa.array(values), 12345, 1000001).tolist()) + "\n"
+    assert outs == {here}
+
+
+def test_hash_dictionary_path_equals_plain_and_fields_are_salted() -> None:
+    values = pa.array(["a", "b", "", None, "a", "longer-value"])
+    plain = hash_to_buckets(values, 7, 1000)
+    assert plain.tolist() == hash_to_buckets(values.dictionary_encode(), 7, 1000).tolist()
+    assert plain[2] == plain[3]  # missing hashes like the empty string
+    assert field_salt("C1") != field_salt("C2")
+    assert hash_to_buckets(values, field_salt("C1"), 10**6).tolist() != hash_to_buckets(
+        values, field_salt("C2"), 10**6).tolist()
+
+
+def test_dense_minmax_matches_paddlerec_scaling() -> None:
+    cfg = DatasetConfig(name="t", train="", test="")
+    pre = Preprocessor(10, "minmax", cfg.dense_min, cfg.dense_max)
+    raw = np.array([[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, np.nan]], np.float32)
+    out = pre.dense(raw.copy())
+    assert out[0, 1] == pytest.approx(3 / 603) and out[0, 12] == 0.0
+
+
+def test_on_error_policy_config_value() -> None:
+    assert OnError("skip") == "skip"

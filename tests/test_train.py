@@ -1,0 +1,128 @@
+"""Training end to end: learning, run directory, resume after a kill, export, target AUC."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recrunner.config.compose import load
+from recrunner.train import checkpoint
+from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun
+
+pytestmark = pytest.mark.slow
+
+
+def train_args(data: dict[str, str], out: Path, *extra: str) -> list[str]:
+    return ["train", "+mode=local", f"runner.output_dir={out}", *SMALL_MODEL,
+            *data_overrides(data), *extra]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, synth_data) -> Path:
+    out = tmp_path_factory.mktemp("run") / "wd"
+    result = recrun(*train_args(synth_data, out, "runner.epochs=2"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def test_training_beats_a_constant_predictor(trained: Path) -> None:
+    summary = json.loads((trained / "summary.json").read_text())
+    base = summary["mean_label"]
+    constant_logloss = -(base * np.log(base) + (1 - base) * np.log(1 - base))
+    assert summary["auc"] > 0.72
+    assert summary["logloss"] < constant_logloss - 0.03
+    assert summary["truth_corr"] > 0.5  # it tracks the generator's true click probabilities
+    assert summary["examples_per_sec"] > 0 and summary["epochs"] == 2
+
+
+def test_run_directory_layout(trained: Path) -> None:
+    lines = [json.loads(x) for x in (trained / "metrics.jsonl").read_text().splitlines()]
+    assert [x["epoch"] for x in lines] == [1, 2]
+    assert all(0.5 < x["auc"] <= 1 and x["eval_examples"] == 5000 for x in lines)
+    assert sorted(p.name for p in (trained / "checkpoints").iterdir()) == ["1", "2"]
+    for f in ("model.pdparams", "optimizer.pdopt", "state.json"):
+        assert (trained / "checkpoints" / "2" / f).is_file()
+    summary = json.loads((trained / "summary.json").read_text())
+    assert {"auc", "logloss", "examples_per_sec", "epochs", "export_dir"} <= summary.keys()
+    assert Path(summary["export_dir"], "model.json").is_file()
+
+
+def test_export_matches_checkpoint_in_paddle_inference(trained: Path, synth_data) -> None:
+    from recrunner.data.errors import RowErrors
+    from recrunner.data.reader import iter_examples
+    from recrunner.export import load_export
+    from recrunner.train.loop import build_net, predict_batches, preprocessor_for
+
+    cfg = load([f"runner.output_dir={trained}", *SMALL_MODEL, *data_overrides(synth_data)])
+    batch = next(iter_examples(cfg.dataset, cfg.dataset.test, preprocessor_for(cfg), RowErrors()))
+    exported = load_export(trained / "export").predict(batch.dense, batch.sparse)
+    net = build_net(cfg)
+    net.set_state_dict(checkpoint.load(checkpoint.latest(trained))[0])
+    _, dygraph = predict_batches(net, iter([batch]))
+    np.testing.assert_allclose(exported, dygraph, atol=1e-5)
+    assert exported.std() > 0.01
+
+
+def test_eval_and_predict_commands_agree_with_training(trained: Path, synth_data,
+                                                       tmp_path) -> None:
+    summary = json.loads((trained / "summary.json").read_text())
+    result = recrun("eval", f"runner.output_dir={trained}", *data_overrides(synth_data))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["auc"] == pytest.approx(summary["auc"], abs=1e-5)
+    rows = Path(synth_data["test"]).read_text().splitlines()[:5]
+    unlabeled = tmp_path / "rows.tsv"
+    unlabeled.write_text("\n".join(r.split("\t", 1)[1] for r in rows) + "\n")
+    out = recrun("predict", "--input", str(unlabeled), f"runner.output_dir={trained}")
+    assert out.returncode == 0, out.stderr
+    probs = [float(x) for x in out.stdout.split()]
+    labeled = tmp_path / "labeled.tsv"
+    labeled.write_text("\n".join(rows) + "\n")
+    again = recrun("predict", "--labeled", "--input", str(labeled), f"runner.output_dir={trained}")
+    assert len(probs) == 5 and probs == [float(x) for x in again.stdout.split()]
+
+
+def test_kill_and_resume_ends_like_an_uninterrupted_run(trained: Path, synth_data,
+                                                        tmp_path) -> None:
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "recrunner",
+                             *train_args(synth_data, out, "runner.epochs=2")], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while checkpoint.latest(out) is None and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)  # somewhere in epoch 2
+    proc.wait(timeout=30)
+    assert checkpoint.latest(out).epoch == 1
+    assert not (out / "summary.json").exists()
+    refused = recrun(*train_args(synth_data, out, "runner.epochs=2"))
+    assert refused.returncode == 2 and "runner.resume=true" in refused.stderr
+    resumed = recrun(*train_args(synth_data, out, "runner.epochs=2", "runner.resume=true"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = json.loads((out / "summary.json").read_text())
+    reference = json.loads((trained / "summary.json").read_text())
+    assert final["auc"] == pytest.approx(reference["auc"], abs=1e-4)
+    assert final["logloss"] == pytest.approx(reference["logloss"], abs=1e-4)
+
+
+def test_target_auc_not_reached_exits_nonzero(trained: Path, synth_data) -> None:
+    result = recrun(*train_args(synth_data, trained, "runner.epochs=2", "runner.resume=true",
+                                "runner.target_auc=0.999"))
+    assert result.returncode == 3
+    assert "below runner.target_auc=0.999" in result.stderr
+    assert "runner.resume=true" in result.stderr
+
+
+def test_incomplete_checkpoints_are_ignored(tmp_path) -> None:
+    root = tmp_path / "checkpoints"
+    (root / "3").mkdir(parents=True)  # crashed before state.json: incomplete
+    (root / ".tmp-4-123").mkdir()
+    assert checkpoint.latest(tmp_path) is None
+    saved = checkpoint.save(tmp_path, 2, {"w": np.zeros(2)}, {"m": np.ones(2)}, {"step": 5})
+    (root / "5").mkdir()
+    latest = checkpoint.latest(tmp_path)
+    assert latest.path == saved and latest.state["step"] == 5
