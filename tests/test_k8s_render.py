@@ -354,3 +354,36 @@ def test_output_dir_writes_one_file_per_resource(tmp_path: Path) -> None:
     for path, doc in zip(paths, ops.redacted(rendered.docs), strict=True):
         assert yaml.safe_load(path.read_text()) == doc
     assert SECRET not in paths[0].read_text()
+
+
+def test_cli_dry_run_stdout_is_only_yaml(tmp_path: Path) -> None:
+    """In a fresh process, as `recrun submit ... --dry-run | kubectl apply -f -` runs it."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "JUICEFS_METAURL": METAURL, "KUBECONFIG": str(tmp_path / "none")}
+    proc = subprocess.run([sys.executable, "-m", "recrunner", "submit", *BASE, *PS, "--dry-run"],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    docs = list(yaml.safe_load_all(proc.stdout))
+    assert [d["kind"] for d in docs] == ["Secret", "PersistentVolume", "PersistentVolumeClaim",
+                                         "ConfigMap", "PaddleJob"]
+    assert METAURL not in proc.stdout + proc.stderr
+
+
+def test_rbac_manifests_pass_the_official_schemas() -> None:
+    docs = list(yaml.safe_load_all((REPO_ROOT / "k8s" / "rbac.yaml").read_text()))
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+                                         "ClusterRoleBinding"]
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.30", strict=True)
+    rules = {(g, r): set(rule["verbs"]) for rule in docs[1]["rules"]
+             for g in rule["apiGroups"] for r in rule["resources"]}
+    # Every call the commands make is allowed.
+    for group, resource in [("", "configmaps"), ("", "secrets"), ("", "persistentvolumeclaims"),
+                            ("batch.paddlepaddle.org", "paddlejobs"),
+                            ("batch.paddlepaddle.org", "samplesets"),
+                            ("batch.paddlepaddle.org", "samplejobs")]:
+        assert {"get", "create", "patch", "delete"} <= rules[(group, resource)]
+    assert "get" in rules[("", "pods/log")]
+    assert {"get", "create", "patch", "delete"} <= set(docs[3]["rules"][0]["verbs"])
