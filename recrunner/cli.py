@@ -24,6 +24,8 @@ COMMANDS: dict[str, Command] = {
     "eval": Command("recrunner.commands.eval", "AUC and logloss of a checkpoint or export"),
     "predict": Command("recrunner.commands.predict", "click probabilities for raw rows"),
     "data": Command("recrunner.commands.data", "generate synthetic data, convert, inspect"),
+    "serve": Command("recrunner.commands.serve", "serve an export over HTTP (or cluster=k8s)"),
+    "bench-serve": Command("recrunner.commands.bench_serve", "load-test a running server"),
     "submit": Command("recrunner.commands.submit", "render and apply the PaddleJob (cluster=k8s)"),
     "status": Command("recrunner.commands.status", "phase and pods of the submitted PaddleJob"),
     "logs": Command("recrunner.commands.logs", "output of one PaddleJob pod (--role, --index)"),

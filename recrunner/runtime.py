@@ -5,6 +5,14 @@ import warnings
 from types import ModuleType
 
 
+def _amd_cpu() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "AuthenticAMD" in f.read(4096)
+    except OSError:
+        return False
+
+
 def import_paddle(threads: int | None = None, static: bool = False) -> ModuleType:
     # Paddle's static fleet (PS mode) graph building fails under PIR in 3.0.0.
     if static:
@@ -12,6 +20,10 @@ def import_paddle(threads: int | None = None, static: bool = False) -> ModuleTyp
     if threads:
         # Paddle sets OMP_NUM_THREADS=1 on import when it is unset; 2 threads is +12-20% here.
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    if _amd_cpu():
+        # Paddle's bundled MKL picks its slow generic GEMM on AMD CPUs unless told the CPU does
+        # AVX2: measured 1.66x faster Wide & Deep training on the 2-core EPYC CI machine.
+        os.environ.setdefault("MKL_DEBUG_CPU_TYPE", "5")
     os.environ.setdefault("GLOG_minloglevel", "2")
     warnings.filterwarnings("ignore", message="No ccache found")
     import paddle

@@ -6,7 +6,11 @@ from recrunner.data.reader import Shard
 
 
 class LocalGroup:
-    """A single process: it reads everything and writes everything."""
+    """A single process: it reads everything and writes everything.
+
+    recrunner.dist.collective.CollectiveGroup implements the same hooks over
+    paddle.distributed (rank, world, DataParallel, all_gather, barrier, all_reduce).
+    """
 
     rank = 0
     world = 1
@@ -24,6 +28,12 @@ class LocalGroup:
 
     def gather(self, values: np.ndarray) -> np.ndarray:
         """Concatenate every rank's array (rank order)."""
+        return values
+
+    def gather_rows(self, values: np.ndarray, spec: str) -> np.ndarray:
+        """Every rank's per-row values of the data `spec` (read through `shard`), merged back
+        into the files' row order where the sharding allows it (so they line up with
+        per-row side files such as the synthetic data's truth)."""
         return values
 
     def barrier(self) -> None:

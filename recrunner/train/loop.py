@@ -127,7 +127,8 @@ class Trainer:
         labels, probs = predict_batches(
             self.net, self.batches(self.cfg.dataset.test, self.cfg.runner.eval_batch_size))
         seconds = time.perf_counter() - start
-        labels, probs = self.group.gather(labels), self.group.gather(probs)
+        test = self.cfg.dataset.test
+        labels, probs = self.group.gather_rows(labels, test), self.group.gather_rows(probs, test)
         truth_file = truth_path(self.cfg.dataset.test)
         truth = np.load(truth_file) if truth_file.is_file() else None
         metrics = evaluate_predictions(labels, probs, truth)

@@ -1,0 +1,72 @@
+"""`recrun serve`: serve an export over HTTP here, or (cluster=k8s) ship it as a PaddleService."""
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from recrunner.config.schema import RootConfig
+
+KEYS = ["serving.model_dir", "runner.output_dir", "serving.host", "serving.port",
+        "serving.max_batch_rows", "serving.batch_wait_ms", "serving.workers", "serving.threads",
+        "serving.max_body_bytes", "serving.request_timeout_s", "cluster.name",
+        "serving.k8s.image", "serving.k8s.bundle_url", "serving.k8s.min_scale",
+        "serving.k8s.max_scale", "serving.k8s.metric", "serving.k8s.target"]
+
+log = logging.getLogger("recrunner.serve")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dry-run", action="store_true",
+                        help="cluster=k8s: write the bundle and print the PaddleService; "
+                             "contact no server")
+
+
+def model_dir(cfg: RootConfig) -> Path:
+    return Path(cfg.serving.model_dir or Path(cfg.runner.output_dir) / "export")
+
+
+def run(cfg: RootConfig, args: argparse.Namespace) -> int:
+    if str(cfg.cluster.name) == "k8s":
+        from recrunner.serving.k8s import serve_on_k8s
+
+        return serve_on_k8s(cfg, model_dir(cfg), dry_run=args.dry_run)
+    return serve_here(cfg)
+
+
+def serve_here(cfg: RootConfig) -> int:
+    from recrunner.serving.server import Server
+
+    server = Server(cfg.serving, model_dir(cfg))
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    print(f"recrun serve: {server.model_dir} on {server.url} (loading; GET /healthz says when "
+          "ready)", file=sys.stderr, flush=True)
+    ready_said = False
+    while not stop.wait(0.05):
+        if server.load_error is not None:
+            server.stop(0)
+            print(f"recrun serve: error: {server.app.failed}", file=sys.stderr, flush=True)
+            return 1
+        if not ready_said and server.app.ready.is_set():
+            print(f"recrun serve: ready: POST {server.url}/GeneralModelService/inference, "
+                  f"/<name>/prediction, /predict", file=sys.stderr, flush=True)
+            ready_said = True
+    inflight = server.app.inflight
+    print(f"recrun serve: shutting down ({inflight} request(s) in flight)", file=sys.stderr,
+          flush=True)
+    finished = server.stop()
+    if not finished:
+        print(f"recrun serve: requests still running after serving.shutdown_timeout_s="
+              f"{cfg.serving.shutdown_timeout_s:g}; exiting", file=sys.stderr, flush=True)
+        return 1
+    print("recrun serve: stopped", file=sys.stderr, flush=True)
+    return 0

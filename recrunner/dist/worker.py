@@ -1,0 +1,70 @@
+"""One process of a fleet job: take the role from the environment, run it, report status."""
+
+import logging
+import os
+import sys
+import threading
+from typing import Any
+
+from recrunner.config.schema import RootConfig
+from recrunner.dist import status
+from recrunner.dist.roles import DistError, Role, prepare_env, role_from_env
+from recrunner.errors import RecrunnerError, one_line
+
+log = logging.getLogger("recrunner.dist")
+
+
+class StartupWatchdog:
+    """Exit with a one-line message if the job is not formed within timeout_s (a missing peer
+    or server would otherwise block in Paddle's rendezvous for tens of minutes)."""
+
+    def __init__(self, timeout_s: float, what: str, on_timeout: Any) -> None:
+        self.done = threading.Event()
+        self.timeout_s, self.what, self.on_timeout = timeout_s, what, on_timeout
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        if not self.done.wait(self.timeout_s):
+            msg = f"{self.what} did not complete within mode.timeout_s={self.timeout_s:.0f}s"
+            self.on_timeout(msg)
+            print(f"recrun train: error: {msg}", file=sys.stderr, flush=True)
+            os._exit(1)
+
+
+def run_worker(cfg: RootConfig) -> dict[str, Any] | None:
+    """Run this process's part; the summary on the writer trainer, else None."""
+    mode = str(cfg.mode.name)
+    role = role_from_env(mode)
+    prepare_env(mode, role)
+    role_name = "server" if role.is_server else "trainer"
+    out = cfg.runner.output_dir
+    status.write(out, role_name, role.index, status.RUNNING)
+    logging.basicConfig(level=logging.INFO,
+                        format=f"%(asctime)s {role.name} %(name)s %(levelname)s: %(message)s")
+    try:
+        if mode == "collective":
+            from recrunner.dist.collective import run_collective
+
+            summary = run_collective(cfg, role)
+        else:
+            from recrunner.dist.ps import run_ps
+
+            summary = run_ps(cfg, role)
+    except RecrunnerError as exc:
+        status.write(out, role_name, role.index, status.FAILED, str(exc))
+        raise
+    except BaseException as exc:
+        status.write(out, role_name, role.index, status.FAILED, one_line(exc))
+        raise
+    status.write(out, role_name, role.index, status.DONE)
+    return summary
+
+
+def fail_status(cfg: RootConfig, role: Role) -> Any:
+    def write(msg: str) -> None:
+        status.write(cfg.runner.output_dir, "server" if role.is_server else "trainer",
+                     role.index, status.FAILED, msg)
+    return write
+
+
+__all__ = ["DistError", "StartupWatchdog", "fail_status", "run_worker"]

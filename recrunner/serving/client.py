@@ -1,0 +1,181 @@
+"""The load client behind `recrun bench-serve` and benchmarks/bench_serving.py.
+
+Keep-alive connections, one per client thread, bodies built before the clock starts, so the
+numbers are the server's (plus loopback), not the client's JSON encoding.
+"""
+
+import http.client
+import itertools
+import threading
+import time
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recrunner.errors import RecrunnerError
+from recrunner.serving import protocol
+from recrunner.serving.server import INFERENCE_PATH
+
+ENDPOINTS = ("predict", "inference", "prediction")
+
+
+@dataclass
+class Labeled:
+    """Rows of a labeled Criteo TSV file: the raw label-less lines and the labels."""
+
+    lines: list[bytes]
+    labels: np.ndarray
+
+
+def read_labeled(path: str | Path, limit: int) -> Labeled:
+    lines, labels = [], []
+    try:
+        with open(path, "rb") as f:
+            for raw in itertools.islice(f, limit):
+                raw = raw.rstrip(b"\r\n")
+                if not raw:
+                    continue
+                label, sep, rest = raw.partition(b"\t")
+                if not sep or label not in (b"0", b"1"):
+                    raise RecrunnerError(f"{path}:{len(lines) + 1}: expected a labeled Criteo "
+                                         "row (label 0/1, tab, I1..I13, C1..C26)")
+                lines.append(rest)
+                labels.append(float(label))
+    except OSError as exc:
+        raise RecrunnerError(f"cannot read --data {path}: {exc.strerror or exc}") from exc
+    if not lines:
+        raise RecrunnerError(f"--data {path} has no rows")
+    return Labeled(lines, np.asarray(labels, np.float32))
+
+
+@dataclass
+class Request:
+    path: str
+    body: bytes
+    content_type: str
+    rows: int
+
+
+def predict_request(lines: Sequence[bytes]) -> Request:
+    return Request("/predict", b"\n".join(lines) + b"\n", "text/tab-separated-values",
+                   len(lines))
+
+
+def tensor_request(dense: np.ndarray, sparse: np.ndarray, endpoint: str,
+                   name: str = "recrun") -> Request:
+    n = len(dense)
+    if endpoint == "inference":
+        body = {"tensor": [
+            {"name": "dense", "alias_name": "dense", "elem_type": protocol.FLOAT32,
+             "shape": [n, dense.shape[1]], "float_data": dense.ravel().tolist()},
+            {"name": "sparse_ids", "alias_name": "sparse_ids", "elem_type": protocol.INT64,
+             "shape": [n, sparse.shape[1]], "int64_data": sparse.ravel().tolist()}],
+            "fetch_var_names": ["prob"], "log_id": 0}
+        return Request(INFERENCE_PATH, protocol.dumps(body), "application/json", n)
+    feed = [{"dense": d, "sparse_ids": s} for d, s in zip(dense.tolist(), sparse.tolist(),
+                                                          strict=True)]
+    return Request(f"/{name}/prediction", protocol.dumps({"feed": feed, "fetch": ["prob"]}),
+                   "application/json", n)
+
+
+def probabilities(endpoint: str, reply: bytes) -> np.ndarray:
+    obj = protocol.loads(reply)
+    if endpoint == "inference":
+        return np.asarray(obj["outputs"][0]["tensor"][0]["float_data"], np.float32)
+    if endpoint == "prediction":
+        return np.asarray(obj["result"]["prob"], np.float32).reshape(-1)
+    return np.asarray(obj["predictions"], np.float32)
+
+
+@dataclass
+class LoadResult:
+    latencies_s: list[float] = field(default_factory=list)
+    rows: int = 0
+    errors: int = 0
+    first_error: str | None = None
+    wall_s: float = 0.0
+    status_counts: dict[int, int] = field(default_factory=dict)
+    # Request index -> probabilities, for the quality check.
+    predictions: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        lat = np.asarray(self.latencies_s) * 1000
+        pct = (lambda q: float(np.percentile(lat, q))) if len(lat) else (lambda q: float("nan"))
+        return {"requests": len(self.latencies_s), "errors": self.errors,
+                "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99),
+                "max_ms": float(lat.max()) if len(lat) else float("nan"),
+                "rows_per_s": self.rows / self.wall_s if self.wall_s else 0.0,
+                "requests_per_s": len(self.latencies_s) / self.wall_s if self.wall_s else 0.0,
+                "wall_s": self.wall_s}
+
+
+def _connect(url: str, timeout_s: float) -> http.client.HTTPConnection:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise RecrunnerError(f"--url {url!r}: expected http://host:port")
+    return http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
+
+
+def run_load(url: str, requests: Sequence[Request], iterations: int, warmup: int = 0,
+             concurrency: int = 1, endpoint: str = "predict", timeout_s: float = 30.0,
+             keep: bool = True) -> LoadResult:
+    """Send `warmup` then `iterations` requests (request i is requests[i % len]) from
+    `concurrency` keep-alive connections; latency per request, predictions kept per request."""
+    result = LoadResult()
+    lock = threading.Lock()
+
+    def client(jobs: "itertools.count[int]", total: int, measured: bool) -> None:
+        conn = _connect(url, timeout_s)
+        try:
+            for i in jobs:
+                if i >= total:
+                    return
+                req = requests[i % len(requests)]
+                t0 = time.perf_counter()
+                try:
+                    conn.request("POST", req.path, req.body, {"Content-Type": req.content_type})
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    status = resp.status
+                except (OSError, http.client.HTTPException) as exc:
+                    conn.close()
+                    conn = _connect(url, timeout_s)
+                    status, data = 0, f"{type(exc).__name__}: {exc}".encode()
+                elapsed = time.perf_counter() - t0
+                if not measured:
+                    continue
+                probs = None
+                if status == 200 and keep and i < len(requests):
+                    probs = probabilities(endpoint, data)
+                with lock:
+                    result.latencies_s.append(elapsed)
+                    result.status_counts[status] = result.status_counts.get(status, 0) + 1
+                    if status == 200:
+                        result.rows += req.rows
+                        if probs is not None:
+                            result.predictions[i] = probs
+                    else:
+                        result.errors += 1
+                        if result.first_error is None:
+                            result.first_error = f"{status}: {data[:300].decode(errors='replace')}"
+        finally:
+            conn.close()
+
+    for total, measured in ((warmup, False), (iterations, True)):
+        if total <= 0:
+            continue
+        jobs = itertools.count()  # next() on a count is atomic under the GIL
+        threads = [threading.Thread(target=client, args=(jobs, total, measured), daemon=True)
+                   for _ in range(concurrency)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if measured:
+            result.wall_s = time.perf_counter() - t0
+    return result

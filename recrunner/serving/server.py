@@ -1,0 +1,375 @@
+"""`recrun serve`: the HTTP server.
+
+Stdlib ThreadingHTTPServer (one thread per connection, HTTP/1.1 keep-alive); the request
+threads parse and validate, the MicroBatcher's predictor threads run the model (Paddle releases
+the GIL while it computes, so parsing overlaps with prediction). Measured against the targets
+in benchmarks/bench_serving.py; see README.md in this directory.
+"""
+
+import logging
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recrunner.config.serving import ServingConfig
+from recrunner.errors import RecrunnerError
+from recrunner.export import DENSE_INPUT, META_FILE, OUTPUT, SPARSE_INPUT
+from recrunner.serving import protocol
+from recrunner.serving.batcher import MicroBatcher, Overloaded, TimedOut
+from recrunner.serving.metrics import Metrics
+from recrunner.serving.protocol import BadRequest
+
+log = logging.getLogger(__name__)
+JSON = "application/json"
+INFERENCE_PATH = "/GeneralModelService/inference"
+
+
+@dataclass
+class Reply:
+    status: int
+    body: bytes
+    content_type: str = JSON
+    rows: int = 0
+
+
+def json_reply(status: int, obj: Any, rows: int = 0) -> Reply:
+    return Reply(status, protocol.dumps(obj), JSON, rows)
+
+
+def make_predict(predictor: Any) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """A predictor call with its tensor handles looked up once (as ExportedModel.predict)."""
+    dense_in = predictor.get_input_handle(DENSE_INPUT)
+    sparse_in = predictor.get_input_handle(SPARSE_INPUT)
+    out = predictor.get_output_handle(predictor.get_output_names()[0])
+
+    def predict(dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+        dense_in.copy_from_cpu(dense)
+        sparse_in.copy_from_cpu(sparse)
+        predictor.run()
+        return out.copy_to_cpu().reshape(-1)
+
+    return predict
+
+
+def endpoint_of(path: str) -> str:
+    if path == INFERENCE_PATH:
+        return "inference"
+    if path == "/predict":
+        return "predict"
+    if path in ("/healthz", "/livez", "/metrics"):
+        return path[1:]
+    parts = path.strip("/").split("/")
+    if len(parts) == 2 and parts[1] == "prediction" and parts[0]:
+        return "prediction"
+    return "other"
+
+
+class ServingApp:
+    """Endpoints, independent of the HTTP layer: (method, path, body) -> Reply."""
+
+    def __init__(self, cfg: ServingConfig, model_dir: Path) -> None:
+        self.cfg = cfg
+        self.model_dir = model_dir
+        self.metrics = Metrics()
+        self.ready = threading.Event()
+        self.failed: str | None = None
+        self.draining = False
+        self.batcher: MicroBatcher | None = None
+        self.model: protocol.Model | None = None
+        self._inflight = 0
+        self._idle = threading.Condition()
+        self.started = time.time()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Load the export and start the predictor threads; readiness follows."""
+        from recrunner.export import load_export
+
+        try:
+            exported = load_export(self.model_dir, self.cfg.threads)
+            predictors = [exported.predictor]
+            predictors += [exported.predictor.clone() for _ in range(self.cfg.workers - 1)]
+            names = (OUTPUT, *exported.predictor.get_output_names())
+            self.model = protocol.Model(exported.preprocessor, exported.meta.get("format",
+                                                                                "criteo"), names)
+            self.batcher = MicroBatcher([make_predict(p) for p in predictors],
+                                        self.cfg.max_batch_rows, self.cfg.batch_wait_ms / 1000,
+                                        self.cfg.max_queue_rows)
+        except Exception as exc:
+            self.failed = f"cannot load {self.model_dir}: {exc}"
+            raise
+        self.ready.set()
+
+    def begin(self) -> None:
+        with self._idle:
+            self._inflight += 1
+
+    def end(self) -> None:
+        with self._idle:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """True when no request is in flight (within the timeout)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._inflight == 0, timeout_s)
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    # --- routing ---------------------------------------------------------------------------
+
+    def handle(self, method: str, path: str, content_type: str, body: bytes) -> Reply:
+        endpoint = endpoint_of(path)
+        if method == "GET":
+            if endpoint == "healthz":
+                return self.health()
+            if endpoint == "livez":
+                return json_reply(200, {"status": "alive"})
+            if endpoint == "metrics":
+                return Reply(200, self.render_metrics().encode(),
+                             "text/plain; version=0.0.4; charset=utf-8")
+            if endpoint == "other":
+                return json_reply(404, {"error": f"no such path {path}"})
+            return json_reply(405, {"error": f"{path} takes POST"})
+        if endpoint in ("healthz", "livez", "metrics"):
+            return json_reply(405, {"error": f"{path} takes GET"})
+        if endpoint == "other":
+            return json_reply(404, {"error": f"no such path {path} (POST {INFERENCE_PATH}, "
+                                             "/<name>/prediction or /predict)"})
+        if not self.ready.is_set() or self.model is None or self.batcher is None:
+            return self.error(endpoint, 503, "model not loaded yet", body)
+        try:
+            if endpoint == "inference":
+                req = protocol.parse_inference(self.model, body)
+                probs = self.predict(req.dense, req.sparse)
+                return json_reply(200, protocol.inference_reply(req, probs), len(probs))
+            if endpoint == "prediction":
+                preq = protocol.parse_prediction(self.model, body)
+                probs = self.predict(preq.dense, preq.sparse)
+                return json_reply(200, protocol.prediction_reply(preq, probs), len(probs))
+            is_json = "json" in content_type or (not content_type and body[:1] in (b"[", b"{"))
+            dense, sparse = protocol.parse_raw(self.model, body, is_json)
+            probs = self.predict(dense, sparse)
+            return json_reply(200, {"predictions": probs}, len(probs))
+        except BadRequest as exc:
+            return self.error(endpoint, exc.status, exc.reason, body)
+        except (Overloaded, TimedOut) as exc:
+            return self.error(endpoint, 503, str(exc), body)
+        except Exception as exc:  # a bug or a predictor failure: 500, and keep serving
+            log.exception("%s %s failed", method, path)
+            return self.error(endpoint, 500, f"internal error: {type(exc).__name__}: {exc}",
+                              body)
+
+    def predict(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+        assert self.batcher is not None
+        return self.batcher.predict(dense, sparse, self.cfg.request_timeout_s)
+
+    def error(self, endpoint: str, status: int, reason: str, body: bytes | None = None) -> Reply:
+        reason = " ".join(reason.split())  # always one line
+        if endpoint == "inference":
+            return json_reply(status, protocol.inference_error(reason, status, body))
+        return json_reply(status, {"error": reason})
+
+    def health(self) -> Reply:
+        if self.draining:
+            return json_reply(503, {"status": "draining"})
+        if self.failed:
+            return json_reply(503, {"status": "failed", "error": self.failed})
+        if not self.ready.is_set():
+            return json_reply(503, {"status": "loading"})
+        return json_reply(200, {"status": "ready", "model_dir": str(self.model_dir)})
+
+    def render_metrics(self) -> str:
+        gauges = {
+            "ready": ("1 when the model is loaded and the server is not draining.",
+                      float(self.ready.is_set() and not self.draining)),
+            "inflight_requests": ("Requests being handled now.", float(self._inflight)),
+            "queued_rows": ("Rows waiting for the predictor.",
+                            float(self.batcher.queued_rows if self.batcher else 0)),
+        }
+        counters: dict[str, tuple[str, float]] = {}
+        if self.batcher is not None:
+            s = self.batcher.stats
+            with s.lock:
+                counters = {
+                    "predictor_batches_total": ("Predictor calls (micro-batches).", s.batches),
+                    "predictor_rows_total": ("Rows through the predictor.", s.rows),
+                    "predictor_seconds_total": ("Seconds spent in predictor calls.", s.seconds),
+                }
+        return self.metrics.render(gauges, counters)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "recrun-serve"
+    sys_version = ""
+    app: ServingApp  # set on the subclass made per server
+
+    def setup(self) -> None:
+        super().setup()
+        # One write per reply plus no Nagle: no 40 ms delayed-ACK stalls on keep-alive.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass  # per-request lines would cost more than the request; /metrics has the counts
+
+    def do_GET(self) -> None:
+        self._serve(read_body=False)
+
+    def do_POST(self) -> None:
+        self._serve(read_body=True)
+
+    def do_PUT(self) -> None:
+        self._serve(read_body=True)
+
+    def do_DELETE(self) -> None:
+        self._serve(read_body=False)
+
+    def _serve(self, read_body: bool) -> None:
+        app = self.app
+        app.begin()
+        t0 = time.perf_counter()
+        path = self.path.split("?", 1)[0]
+        endpoint = endpoint_of(path)
+        try:
+            reply = self._reply(app, path, endpoint, read_body)
+            if reply is None:  # the client went away or stalled
+                self.close_connection = True
+                return
+            if app.draining:
+                self.close_connection = True
+            self._write(reply)
+            app.metrics.observe(endpoint, reply.status, time.perf_counter() - t0, reply.rows)
+        except OSError:
+            self.close_connection = True
+        finally:
+            app.end()
+
+    def _reply(self, app: ServingApp, path: str, endpoint: str, read_body: bool) -> Reply | None:
+        body = b""
+        if read_body:
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                self.close_connection = True
+                return app.error(endpoint, 411, "send a Content-Length (chunked bodies are "
+                                                "not accepted)")
+            length_text = self.headers.get("Content-Length")
+            if length_text is None:
+                self.close_connection = True
+                return app.error(endpoint, 411, "Content-Length required")
+            try:
+                length = int(length_text)
+                if length < 0:
+                    raise ValueError
+            except ValueError:
+                self.close_connection = True
+                return app.error(endpoint, 400, f"bad Content-Length {length_text!r}")
+            if length > app.cfg.max_body_bytes:
+                self.close_connection = True  # the unread body would be parsed as a request
+                return app.error(endpoint, 413, f"body of {length} bytes is over "
+                                                f"serving.max_body_bytes={app.cfg.max_body_bytes}")
+            try:
+                body = self.rfile.read(length)
+            except (TimeoutError, OSError):
+                return None
+            if len(body) != length:
+                return None
+        content_type = self.headers.get("Content-Type", "").lower()
+        return app.handle(self.command, path, content_type, body)
+
+    def _write(self, reply: Reply) -> None:
+        head = (f"HTTP/1.1 {reply.status} {self.responses.get(reply.status, ('',))[0]}\r\n"
+                f"Content-Type: {reply.content_type}\r\n"
+                f"Content-Length: {len(reply.body)}\r\n")
+        if self.close_connection:
+            head += "Connection: close\r\n"
+        self.wfile.write(head.encode("latin-1") + b"\r\n" + reply.body)
+
+
+class HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # 8+ clients connecting at once must not hit SYN retries
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):  # resets and timeouts are the client's business
+            return
+        super().handle_error(request, client_address)
+
+
+class Server:
+    """A running server: `start()`, then `stop()` (graceful) from any thread."""
+
+    def __init__(self, cfg: ServingConfig, model_dir: str | Path) -> None:
+        self.cfg = cfg
+        self.model_dir = Path(model_dir)
+        if not (self.model_dir / META_FILE).is_file():
+            raise RecrunnerError(f"{self.model_dir} is not a recrunner export (no {META_FILE}); "
+                                 "train first, or set serving.model_dir / runner.output_dir")
+        self.app = ServingApp(cfg, self.model_dir)
+        self.httpd: HTTPServer | None = None
+        self._threads: list[threading.Thread] = []
+        self.load_error: BaseException | None = None
+
+    @property
+    def port(self) -> int:
+        assert self.httpd is not None
+        return int(self.httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = self.cfg.host if self.cfg.host not in ("0.0.0.0", "", "::") else "127.0.0.1"
+        return f"http://{host}:{self.port}"
+
+    def start(self, load_in_background: bool = True) -> None:
+        handler = type("BoundHandler", (Handler,), {"app": self.app,
+                                                    "timeout": self.cfg.socket_timeout_s})
+        try:
+            self.httpd = HTTPServer((self.cfg.host, self.cfg.port), handler)
+        except OSError as exc:
+            raise RecrunnerError(f"cannot listen on {self.cfg.host}:{self.cfg.port}: "
+                                 f"{exc.strerror or exc} (set serving.port / serving.host)"
+                                 ) from exc
+        serve = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
+                                 name="http-accept", daemon=True)
+        serve.start()
+        self._threads.append(serve)
+        if load_in_background:
+            loader = threading.Thread(target=self._load, name="model-load", daemon=True)
+            loader.start()
+            self._threads.append(loader)
+        else:
+            self.app.load()
+
+    def _load(self) -> None:
+        try:
+            self.app.load()
+        except BaseException as exc:
+            self.load_error = exc
+            log.error("%s", self.app.failed)
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        return self.app.ready.wait(timeout_s)
+
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """Stop accepting, let in-flight requests finish; True if all finished in time."""
+        timeout_s = self.cfg.shutdown_timeout_s if timeout_s is None else timeout_s
+        self.app.draining = True
+        if self.httpd is not None:
+            self.httpd.shutdown()  # the accept loop ends; connection threads go on
+            self.httpd.server_close()
+        idle = self.app.wait_idle(timeout_s)
+        if self.app.batcher is not None:
+            self.app.batcher.close()
+        return idle
