@@ -3,6 +3,7 @@
 import gzip
 import subprocess
 import sys
+from pathlib import Path
 
 import fsspec
 import numpy as np
@@ -118,7 +119,7 @@ def test_malformed_rows_skip_counts_and_keeps_good_rows(tmp_path, caplog) -> Non
     assert errors.count == 3 and len(label) == n - 3
     logged = " ".join(r.getMessage() for r in caplog.records)
     assert "bad.tsv:5" in logged and "bad.tsv:10: I1 is not a number: 'abc'" in logged
-    good = [line.split("\t") for i, line in enumerate(open(path).read().splitlines())
+    good = [line.split("\t") for i, line in enumerate(Path(path).read_text().splitlines())
             if i not in (4, 9, 20)]
     np.testing.assert_array_equal(sparse, expected(good)[1])
 

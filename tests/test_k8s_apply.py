@@ -360,8 +360,10 @@ def test_logs_reads_the_named_pod(fake: FakeKube, capsys: pytest.CaptureFixture)
     assert req.query["container"] == ["paddle"]
     assert recrun("logs", *PS, "--index", "1", "--tail", "1") == 0
     assert capsys.readouterr().out == "epoch 2 auc 0.74\n"
-    assert recrun("logs", *PS, "--role", "ps") == 0
+    assert recrun("logs", *PS, "--role", "ps", "-f") == 0
     assert capsys.readouterr().out == "server up\n"
+    assert fake.requests[-1].path.endswith("/pods/wide-deep-synth-ps-0/log")
+    assert fake.requests[-1].query["follow"] == ["true"]
 
 
 def test_logs_errors(fake: FakeKube, capsys: pytest.CaptureFixture) -> None:

@@ -14,7 +14,8 @@ KEYS = ["runner.output_dir", "dataset.format", "dataset.on_error"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, metavar="PATH",
                         help="rows without a label (path, glob or fsspec URL)")
-    parser.add_argument("--output", metavar="FILE", help="one probability per line (default stdout)")
+    parser.add_argument("--output", metavar="FILE",
+                        help="one probability per line (default stdout)")
     parser.add_argument("--export", metavar="DIR", help="export dir (default: <output_dir>/export)")
     parser.add_argument("--labeled", action="store_true", help="rows start with a label column")
 
