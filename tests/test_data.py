@@ -144,9 +144,9 @@ def test_shards_are_disjoint_and_complete(tmp_path) -> None:
     assert sum(len(p) for p in parts) == len(full)
     np.testing.assert_array_equal(np.concatenate(parts)[np.argsort(np.concatenate(
         [np.arange(i, len(full), 3) for i in range(3)]), kind="stable")], full)
+    (tmp_path / "many").mkdir()
     for k in range(4):
-        write(tmp_path / "many" / f"p{k}.tsv", ["\t".join(r) for r in table[k::4]]) if (
-            tmp_path / "many").mkdir(exist_ok=True) is None else None
+        write(tmp_path / "many" / f"p{k}.tsv", ["\t".join(r) for r in table[k::4]])
     by_file = [len(read_all(str(tmp_path / "many"), shard=Shard(i, 2))[2]) for i in range(2)]
     assert sum(by_file) == 1000 and min(by_file) > 0
 
