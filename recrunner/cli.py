@@ -23,7 +23,7 @@ COMMANDS: dict[str, Command] = {
     "train": Command("recrunner.commands.train", "train a model and export it", True),
     "eval": Command("recrunner.commands.eval", "AUC and logloss of a checkpoint or export"),
     "predict": Command("recrunner.commands.predict", "click probabilities for raw rows"),
-    "data": Command("recrunner.commands.data", "generate synthetic data, convert, inspect"),
+    "data": Command("recrunner.commands.data", "generate the synthetic dataset, or report on one"),
     "serve": Command("recrunner.commands.serve", "serve an export over HTTP (or cluster=k8s)"),
     "bench-serve": Command("recrunner.commands.bench_serve", "load-test a running server"),
     "submit": Command("recrunner.commands.submit", "render and apply the PaddleJob (cluster=k8s)"),

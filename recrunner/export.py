@@ -55,9 +55,13 @@ def save_export(net: Any, export_dir: str | Path, pre: Preprocessor, data_format
     }
     (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
     net.train()
+    # Swap in the new export so a crash leaves either the old or the new one in place.
+    old = export_dir.with_name(export_dir.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
     if export_dir.exists():
-        shutil.rmtree(export_dir)
+        export_dir.rename(old)
     tmp.rename(export_dir)
+    shutil.rmtree(old, ignore_errors=True)
     return export_dir
 
 

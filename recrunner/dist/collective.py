@@ -123,6 +123,16 @@ class CollectiveTrainer(Trainer):
                 yield part
             return
 
+    def params_digest(self) -> str:
+        """sha256 of every parameter: equal on all ranks when data parallelism is correct."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for name, value in sorted(self.net.state_dict().items()):
+            h.update(name.encode())
+            h.update(np.ascontiguousarray(value.numpy()).tobytes())
+        return h.hexdigest()
+
     def train_epoch(self) -> None:
         # Keep train_examples a job-wide count (checkpoints and the summary report it): each
         # rank's own rows, the tail that all ranks shared counted once.
@@ -154,4 +164,8 @@ def run_collective(cfg: RootConfig, role: Role) -> dict[str, Any]:
     group.barrier()
     watchdog.done.set()
     log.info("collective trainer %d of %d", group.rank, group.world)
-    return CollectiveTrainer(cfg, group).run()
+    trainer = CollectiveTrainer(cfg, group)
+    summary = trainer.run()
+    digest = trainer.params_digest()
+    log.info("parameters sha256 %s", digest)
+    return {**summary, "params_sha256": digest}

@@ -56,8 +56,9 @@ def run_worker(cfg: RootConfig) -> dict[str, Any] | None:
     except BaseException as exc:
         status.write(out, role_name, role.index, status.FAILED, one_line(exc))
         raise
-    status.write(out, role_name, role.index, status.DONE)
-    return summary
+    status.write(out, role_name, role.index, status.DONE,
+                 (summary or {}).get("params_sha256", ""))
+    return summary if role.index == 0 and not role.is_server else None
 
 
 def fail_status(cfg: RootConfig, role: Role) -> Any:
