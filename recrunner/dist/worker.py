@@ -40,7 +40,8 @@ def run_worker(cfg: RootConfig) -> dict[str, Any] | None:
     out = cfg.runner.output_dir
     status.write(out, role_name, role.index, status.RUNNING)
     logging.basicConfig(level=logging.INFO,
-                        format=f"%(asctime)s {role.name} %(name)s %(levelname)s: %(message)s")
+                        format=f"%(asctime)s {role.name} %(name)s %(levelname)s: %(message)s",
+                        force=True)  # paddle's import may have configured the root logger
     try:
         if mode == "collective":
             from recrunner.dist.collective import run_collective

@@ -1,0 +1,197 @@
+"""`recrun train mode=collective|ps` on this machine: start the job through
+paddle.distributed.launch, supervise it, name the process that failed, restart from the last
+checkpoint up to mode.max_restarts times."""
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recrunner.config.compose import to_yaml
+from recrunner.config.schema import RootConfig
+from recrunner.dist import status
+from recrunner.dist.roles import DistError, free_ports
+from recrunner.train import checkpoint
+
+POLL_S = 0.2
+# After the first failure, wait this long for the others' status before naming the culprit
+# (a killed process writes nothing; its peers then fail with a communication error).
+SETTLE_S = 1.0
+KILL_GRACE_S = 5.0
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    message: str = ""
+
+
+def log_name(role: str, index: int) -> str:
+    """paddle.distributed.launch's log file for a process (single node)."""
+    return f"{'serverlog' if role == 'server' else 'workerlog'}.{index}"
+
+
+def launch_command(cfg: RootConfig, config_file: Path, log_dir: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(log_dir)]
+    if str(cfg.mode.name) == "collective":
+        cmd += ["--nproc_per_node", str(cfg.mode.nproc)]
+    else:
+        # The gloo rendezvous port defaults to a fixed 6767: pick a free one instead.
+        cmd += ["--server_num", str(cfg.mode.servers), "--trainer_num", str(cfg.mode.trainers),
+                "--gloo_port", str(free_ports(1)[0])]
+    # Every process runs the same entry point a Paddle Operator pod runs.
+    return cmd + [sys.executable, "-u", "-m", "recrunner", "train", "--config-file",
+                  str(config_file)]
+
+
+def job_size(cfg: RootConfig) -> dict[str, int]:
+    if str(cfg.mode.name) == "collective":
+        return {"trainer": cfg.mode.nproc}
+    return {"server": cfg.mode.servers, "trainer": cfg.mode.trainers}
+
+
+def child_env(cfg: RootConfig) -> dict[str, str]:
+    env = dict(os.environ)
+    # One thread per process: the processes already share the cores.
+    env["OMP_NUM_THREADS"] = str(cfg.runner.threads)
+    env.setdefault("GLOG_minloglevel", "2")
+    if str(cfg.mode.name) == "ps":
+        env.setdefault("FLAGS_enable_pir_api", "0")
+    for var in ("TRAINING_ROLE", "PADDLE_TRAINING_ROLE", "PADDLE_ROLE", "PADDLE_TRAINER_ID",
+                "PADDLE_TRAINER_ENDPOINTS", "PADDLE_PSERVERS_IP_PORT_LIST"):
+        env.pop(var, None)  # a stale role would make the children ignore the launcher's
+    return env
+
+
+def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome:
+    out = Path(cfg.runner.output_dir)
+    expected = job_size(cfg)
+    timeout_s = cfg.mode.timeout_s
+    last_life = time.monotonic()
+    last_mtime = 0.0
+    first_bad: float | None = None
+    while True:
+        rc = proc.poll()
+        procs = status.read_all(out)
+        failed = [p for p in procs if p.state == status.FAILED]
+        died = [p for p in procs if p.state == status.RUNNING and not status.pid_alive(p.pid)]
+        if rc is not None and not failed and not died:
+            done = sum(p.state == status.DONE for p in procs)
+            if rc == 0 and done == sum(expected.values()):
+                return Outcome(True)
+            # The launcher itself failed, or a process died before it wrote its status.
+            first_bad = first_bad or time.monotonic()
+        if failed or died:
+            first_bad = first_bad or time.monotonic()
+        if first_bad is not None and (time.monotonic() - first_bad >= SETTLE_S or rc is not None
+                                      and time.monotonic() - first_bad >= SETTLE_S / 2):
+            return Outcome(False, describe_failure(procs, rc, log_dir, expected))
+        mtime = newest_mtime([log_dir, status.status_dir(out)])
+        if mtime > last_mtime:
+            last_mtime, last_life = mtime, time.monotonic()
+        elif time.monotonic() - last_life > timeout_s:
+            return Outcome(False, f"no sign of life (log output) from the job for "
+                                  f"mode.timeout_s={timeout_s}s; logs: {log_dir}")
+        time.sleep(POLL_S)
+
+
+def describe_failure(procs: list[status.ProcessStatus], rc: int | None, log_dir: Path,
+                     expected: dict[str, int]) -> str:
+    died = [p for p in procs if p.state == status.RUNNING and not status.pid_alive(p.pid)]
+    failed = sorted((p for p in procs if p.state == status.FAILED), key=lambda p: p.time)
+    # A process that vanished without a word (killed, crashed) is the cause; its peers'
+    # errors are consequences.
+    if died:
+        p = died[0]
+        return (f"{p.name} (pid {p.pid}) died without finishing (killed or crashed); "
+                f"log: {log_dir / log_name(p.role, p.index)}")
+    if failed:
+        p = failed[0]
+        return f"{p.name} failed: {p.message}; log: {log_dir / log_name(p.role, p.index)}"
+    seen = {(p.role, p.index) for p in procs}
+    missing = [(r, i) for r, n in expected.items() for i in range(n) if (r, i) not in seen]
+    if missing:
+        r, i = missing[0]
+        return (f"{r} {i} exited before it started training (launcher exit code {rc}); "
+                f"log: {log_dir / log_name(r, i)}")
+    return f"paddle.distributed.launch exited with code {rc}; logs: {log_dir}"
+
+
+def newest_mtime(dirs: list[Path]) -> float:
+    newest = 0.0
+    for d in dirs:
+        try:
+            for entry in os.scandir(d):
+                newest = max(newest, entry.stat().st_mtime)
+        except OSError:
+            pass
+    return newest
+
+
+def stop(proc: subprocess.Popen, out: Path) -> None:
+    """Terminate the launcher's whole process group and any process that left it."""
+    pids = [p.pid for p in status.read_all(out) if status.pid_alive(p.pid)]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + KILL_GRACE_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not any(status.pid_alive(p) for p in pids):
+                return
+            time.sleep(POLL_S)
+    proc.wait(timeout=KILL_GRACE_S)
+
+
+def launch(cfg: RootConfig) -> dict[str, Any]:
+    """Run the job to completion (restarting it as configured); the writer's summary."""
+    out = Path(cfg.runner.output_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt = checkpoint.latest(out)
+    if ckpt is not None and not cfg.runner.resume:
+        raise DistError(f"{out} already holds checkpoint {ckpt.epoch}; pass runner.resume=true "
+                        "to continue it or choose another runner.output_dir")
+    summary_file = out / "summary.json"
+    summary_file.unlink(missing_ok=True)
+    resume = cfg.runner.resume
+    attempts = cfg.mode.max_restarts + 1
+    for attempt in range(attempts):
+        run_cfg = dataclasses.replace(
+            cfg, runner=dataclasses.replace(cfg.runner, output_dir=str(out), resume=resume))
+        config_file = out / "dist" / "config.yaml"
+        config_file.parent.mkdir(parents=True, exist_ok=True)
+        config_file.write_text(to_yaml(run_cfg))
+        log_dir = out / ("logs" if attempt == 0 else f"logs-restart{attempt}")
+        log_dir.mkdir(parents=True, exist_ok=True)
+        status.clear(out)
+        with open(log_dir / "launch.log", "w") as launch_log:
+            proc = subprocess.Popen(launch_command(cfg, config_file, log_dir), env=child_env(cfg),
+                                    stdout=launch_log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                outcome = supervise(proc, run_cfg, log_dir)
+            finally:
+                if proc.poll() is None or any(status.pid_alive(p.pid)
+                                              for p in status.read_all(out)):
+                    stop(proc, out)
+        if outcome.ok:
+            return json.loads(summary_file.read_text())
+        if attempt + 1 < attempts:
+            last = checkpoint.latest(out)
+            print(f"recrun train: {str(cfg.mode.name)} job failed: {outcome.message}; restarting "
+                  f"({attempt + 1}/{cfg.mode.max_restarts}) from "
+                  f"{'checkpoint ' + str(last.epoch) if last else 'the start'}",
+                  file=sys.stderr, flush=True)
+            resume = True
+    raise DistError(f"{str(cfg.mode.name)} job failed: {outcome.message}"
+                    + (f" (after {cfg.mode.max_restarts} restarts)" if cfg.mode.max_restarts
+                       else "; runner.resume=true continues from the last checkpoint"))
