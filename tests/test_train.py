@@ -25,7 +25,7 @@ def train_args(data: dict[str, str], out: Path, *extra: str) -> list[str]:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, synth_data) -> Path:
     out = tmp_path_factory.mktemp("run") / "wd"
-    result = recrun(*train_args(synth_data, out, "runner.epochs=2"))
+    result = recrun(*train_args(synth_data, out, "runner.epochs=2", "runner.eval_steps=60"))
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -42,7 +42,9 @@ def test_training_beats_a_constant_predictor(trained: Path) -> None:
 
 def test_run_directory_layout(trained: Path) -> None:
     lines = [json.loads(x) for x in (trained / "metrics.jsonl").read_text().splitlines()]
-    assert [x["epoch"] for x in lines] == [1, 2]
+    # 20k rows / batch 256 = 79 steps an epoch; eval_steps=60 adds steps 60 and 120.
+    assert [(x["trigger"], x["epoch"], x["step"]) for x in lines] == [
+        ("eval_steps", 0, 60), ("epoch", 1, 79), ("eval_steps", 1, 120), ("epoch", 2, 158)]
     assert all(0.5 < x["auc"] <= 1 and x["eval_examples"] == 5000 for x in lines)
     assert sorted(p.name for p in (trained / "checkpoints").iterdir()) == ["1", "2"]
     for f in ("model.pdparams", "optimizer.pdopt", "state.json"):

@@ -136,9 +136,10 @@ class Trainer:
             seconds, 1e-9)
         return metrics
 
-    def record(self, metrics: dict[str, Any]) -> None:
-        row = {"epoch": self.epoch, "step": self.step, "train_examples": self.train_examples,
-               **metrics}
+    def record(self, metrics: dict[str, Any], trigger: str = "epoch") -> None:
+        """Append a metrics.jsonl line; `epoch` counts completed epochs."""
+        row = {"epoch": self.epoch, "step": self.step, "trigger": trigger,
+               "train_examples": self.train_examples, **metrics}
         if self.group.is_writer:
             with open(self.out / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -173,7 +174,7 @@ class Trainer:
                 loss_sum, loss_n = 0.0, 0
             if cfg.eval_steps and self.step % cfg.eval_steps == 0:
                 self.train_seconds += time.perf_counter() - start
-                self.record(self.evaluate())
+                self.record(self.evaluate(), trigger="eval_steps")
                 start = time.perf_counter()
         self.train_seconds += time.perf_counter() - start
         bar.close()
