@@ -128,3 +128,34 @@ def test_incomplete_checkpoints_are_ignored(tmp_path) -> None:
     (root / "5").mkdir()
     latest = checkpoint.latest(tmp_path)
     assert latest.path == saved and latest.state["step"] == 5
+
+
+def test_same_config_and_data_give_the_same_model(synth_data, tmp_path) -> None:
+    import paddle
+
+    states = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        result = recrun(*train_args(synth_data, out, "runner.epochs=1", "runner.seed=5"))
+        assert result.returncode == 0, result.stderr[-3000:]
+        states.append(paddle.load(str(out / "checkpoints" / "1" / checkpoint.MODEL_FILE)))
+    assert states[0].keys() == states[1].keys()
+    for key in states[0]:
+        np.testing.assert_array_equal(states[0][key].numpy(), states[1][key].numpy())
+
+
+def test_default_dataset_is_generated_reproducibly(tmp_path) -> None:
+    from recrunner.data.prepare import ensure_dataset
+
+    digests = []
+    for name in ("a", "b"):
+        cfg = load([f"dataset.train={tmp_path}/{name}/train.tsv",
+                    f"dataset.test={tmp_path}/{name}/test.tsv",
+                    "dataset.synth.train_rows=3000", "dataset.synth.test_rows=1000"])
+        ensure_dataset(cfg.dataset)
+        digests.append([(tmp_path / name / f).read_bytes() for f in ("train.tsv", "test.tsv")])
+    assert digests[0] == digests[1]
+    train_lines = digests[0][0].decode().splitlines()
+    assert len(train_lines) == 3000 and all(len(x.split("\t")) == 40 for x in train_lines)
+    truth = np.load(tmp_path / "a" / "test.tsv.truth.npy")
+    assert truth.shape == (1000,) and 0.15 < truth.mean() < 0.35
