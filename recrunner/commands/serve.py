@@ -37,6 +37,7 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
 
 
 def serve_here(cfg: RootConfig) -> int:
+    from recrunner.runtime import import_paddle
     from recrunner.serving.server import Server
 
     server = Server(cfg.serving, model_dir(cfg))
@@ -45,8 +46,14 @@ def serve_here(cfg: RootConfig) -> int:
     def on_signal(signum: int, frame: object) -> None:
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    def install_handlers() -> None:
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    # Paddle installs its own SIGTERM handler (a crash dump, no drain) when imported: import it
+    # first, then take the signals back.
+    import_paddle(cfg.serving.threads)
+    install_handlers()
     server.start()
     print(f"recrun serve: {server.model_dir} on {server.url} (loading; GET /healthz says when "
           "ready)", file=sys.stderr, flush=True)
@@ -57,6 +64,7 @@ def serve_here(cfg: RootConfig) -> int:
             print(f"recrun serve: error: {server.app.failed}", file=sys.stderr, flush=True)
             return 1
         if not ready_said and server.app.ready.is_set():
+            install_handlers()  # in case loading an engine replaced them
             print(f"recrun serve: ready: POST {server.url}/GeneralModelService/inference, "
                   f"/<name>/prediction, /predict", file=sys.stderr, flush=True)
             ready_said = True

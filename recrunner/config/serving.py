@@ -12,6 +12,13 @@ class ScaleMetric(StrEnum):
     cpu = "cpu"
 
 
+class EngineName(StrEnum):
+    # ONNX Runtime (after paddle2onnx) when installed and within 1e-5 of paddle, else paddle.
+    auto = "auto"
+    paddle = "paddle"
+    onnx = "onnx"
+
+
 @dataclass
 class ServingK8sConfig:
     """The PaddleService (elasticserving.paddlepaddle.org/v1) of `recrun serve cluster=k8s`."""
@@ -52,7 +59,8 @@ class ServingConfig:
     model_dir: str | None = None
     host: str = "127.0.0.1"
     port: int = 9292
-    # Paddle math threads per predictor; 2 threads were slower than 1 on a 2-core machine.
+    engine: EngineName = EngineName.auto
+    # Math threads per predictor; 2 threads were slower than 1 on a 2-core machine.
     threads: int = 1
     # Predictor threads (each with its own predictor clone) draining the batch queue.
     workers: int = 1

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from recrunner.data.errors import DataError, RowErrors
-from recrunner.data.formats import CriteoFormat, SlotFormat
+from recrunner.data.formats import BlockInvalid, CriteoFormat, SlotFormat
 from recrunner.data.reader import parse_block
 from recrunner.data.transform import DENSE_NAMES, NUM_DENSE, NUM_SPARSE, SPARSE_NAMES, Preprocessor
 from recrunner.export import DENSE_INPUT, OUTPUT, SPARSE_INPUT
@@ -309,8 +309,23 @@ def raw_block(model: Model, body: bytes, is_json: bool) -> bytes:
     return ("\n".join(lines) + "\n").encode() if lines else b""
 
 
-def parse_raw(model: Model, body: bytes, is_json: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Rows -> model inputs through the export's own preprocessing (as `recrun predict`)."""
+@dataclass
+class RawRows:
+    """One request's rows, ready to be parsed alone or merged with others."""
+
+    fmt: CriteoFormat | SlotFormat
+    block: bytes  # as sent (header removed), parsed alone to name a bad line
+    first_line: int
+    lines: list[bytes]  # non-blank lines, '\r' stripped: what a merged parse sees
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return type(self.fmt).__name__, getattr(self.fmt, "delimiter", " ")
+
+
+def prepare_raw(model: Model, body: bytes, is_json: bool) -> RawRows:
+    """Rows of /predict in the export's format, with its header and delimiter handled as
+    `recrun predict` handles a file's first block."""
     block = raw_block(model, body, is_json)
     if model.data_format == "criteo":
         fmt: CriteoFormat | SlotFormat = CriteoFormat(model.pre, labeled=False)
@@ -326,17 +341,59 @@ def parse_raw(model: Model, body: bytes, is_json: bool) -> tuple[np.ndarray, np.
             fmt = fmt.with_delimiter(",")
     else:
         fmt, first = SlotFormat(model.pre, labeled=False), 1
-    if not block.strip():
+    lines = [ln.rstrip(b"\r") for ln in block.split(b"\n")]
+    lines = [ln for ln in lines if ln.strip()]
+    if not lines:
         raise BadRequest("no rows in the request")
     if not block.endswith(b"\n"):
         block += b"\n"
+    return RawRows(fmt, block, first, lines)
+
+
+Parsed = tuple[np.ndarray, np.ndarray]
+
+
+def parse_alone(item: RawRows) -> Parsed:
+    """parse_block as `recrun predict` runs it: the first bad line is the reply."""
     try:
-        batch = parse_block(fmt, block, "request", first, RowErrors("fail"))
+        batch = parse_block(item.fmt, item.block, "request", item.first_line, RowErrors("fail"))
     except DataError as exc:
         raise BadRequest(str(exc).split(" (dataset.on_error")[0]) from exc
     if not len(batch):
         raise BadRequest("no rows in the request")
     return batch.dense, batch.sparse
+
+
+def parse_many(items: list[RawRows]) -> list[Parsed | BadRequest]:
+    """Parse requests together (rows are independent, so each gets the rows it would get
+    alone); a group that fails is parsed request by request to name each bad line."""
+    out: list[Parsed | BadRequest | None] = [None] * len(items)
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault(item.key, []).append(i)
+    for idx in groups.values():
+        merged = None
+        if len(idx) > 1:
+            block = b"\n".join(ln for i in idx for ln in items[i].lines) + b"\n"
+            try:
+                merged = items[idx[0]].fmt.parse(block)
+            except BlockInvalid:
+                merged = None
+            if merged is not None and len(merged) != sum(len(items[i].lines) for i in idx):
+                merged = None
+        if merged is not None:
+            start = 0
+            for i in idx:
+                n = len(items[i].lines)
+                out[i] = (merged.dense[start:start + n], merged.sparse[start:start + n])
+                start += n
+            continue
+        for i in idx:
+            try:
+                out[i] = parse_alone(items[i])
+            except BadRequest as exc:
+                out[i] = exc
+    return out  # type: ignore[return-value]
 
 
 def lines_of(values: Sequence[float]) -> bytes:

@@ -11,7 +11,6 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,9 +20,10 @@ import numpy as np
 
 from recrunner.config.serving import ServingConfig
 from recrunner.errors import RecrunnerError
-from recrunner.export import DENSE_INPUT, META_FILE, OUTPUT, SPARSE_INPUT
+from recrunner.export import META_FILE, OUTPUT
 from recrunner.serving import protocol
 from recrunner.serving.batcher import MicroBatcher, Overloaded, TimedOut
+from recrunner.serving.combine import Combiner
 from recrunner.serving.metrics import Metrics
 from recrunner.serving.protocol import BadRequest
 
@@ -42,21 +42,6 @@ class Reply:
 
 def json_reply(status: int, obj: Any, rows: int = 0) -> Reply:
     return Reply(status, protocol.dumps(obj), JSON, rows)
-
-
-def make_predict(predictor: Any) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """A predictor call with its tensor handles looked up once (as ExportedModel.predict)."""
-    dense_in = predictor.get_input_handle(DENSE_INPUT)
-    sparse_in = predictor.get_input_handle(SPARSE_INPUT)
-    out = predictor.get_output_handle(predictor.get_output_names()[0])
-
-    def predict(dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
-        dense_in.copy_from_cpu(dense)
-        sparse_in.copy_from_cpu(sparse)
-        predictor.run()
-        return out.copy_to_cpu().reshape(-1)
-
-    return predict
 
 
 def endpoint_of(path: str) -> str:
@@ -83,6 +68,9 @@ class ServingApp:
         self.failed: str | None = None
         self.draining = False
         self.batcher: MicroBatcher | None = None
+        self.engine = ""
+        self.parser = Combiner(protocol.parse_many, cfg.max_batch_rows)
+        self.engine_note = ""
         self.model: protocol.Model | None = None
         self._inflight = 0
         self._idle = threading.Condition()
@@ -92,18 +80,19 @@ class ServingApp:
 
     def load(self) -> None:
         """Load the export and start the predictor threads; readiness follows."""
-        from recrunner.export import load_export
+        from recrunner.serving.engine import load_engine
 
         try:
-            exported = load_export(self.model_dir, self.cfg.threads)
-            predictors = [exported.predictor]
-            predictors += [exported.predictor.clone() for _ in range(self.cfg.workers - 1)]
+            engine = load_engine(self.model_dir, str(self.cfg.engine), self.cfg.threads,
+                                 max(1, self.cfg.workers))
+            exported = engine.exported
             names = (OUTPUT, *exported.predictor.get_output_names())
             self.model = protocol.Model(exported.preprocessor, exported.meta.get("format",
                                                                                 "criteo"), names)
-            self.batcher = MicroBatcher([make_predict(p) for p in predictors],
-                                        self.cfg.max_batch_rows, self.cfg.batch_wait_ms / 1000,
-                                        self.cfg.max_queue_rows)
+            self.engine = engine.name
+            self.engine_note = engine.note
+            self.batcher = MicroBatcher(engine.predict_fns, self.cfg.max_batch_rows,
+                                        self.cfg.batch_wait_ms / 1000, self.cfg.max_queue_rows)
         except Exception as exc:
             self.failed = f"cannot load {self.model_dir}: {exc}"
             raise
@@ -160,7 +149,12 @@ class ServingApp:
                 probs = self.predict(preq.dense, preq.sparse)
                 return json_reply(200, protocol.prediction_reply(preq, probs), len(probs))
             is_json = "json" in content_type or (not content_type and body[:1] in (b"[", b"{"))
-            dense, sparse = protocol.parse_raw(self.model, body, is_json)
+            rows = protocol.prepare_raw(self.model, body, is_json)
+            if len(rows.lines) >= self.cfg.max_batch_rows:
+                dense, sparse = protocol.parse_alone(rows)
+            else:
+                dense, sparse = self.parser.submit(rows, len(rows.lines),
+                                                   self.cfg.request_timeout_s)
             probs = self.predict(dense, sparse)
             return json_reply(200, {"predictions": probs}, len(probs))
         except BadRequest as exc:
@@ -189,7 +183,8 @@ class ServingApp:
             return json_reply(503, {"status": "failed", "error": self.failed})
         if not self.ready.is_set():
             return json_reply(503, {"status": "loading"})
-        return json_reply(200, {"status": "ready", "model_dir": str(self.model_dir)})
+        return json_reply(200, {"status": "ready", "model_dir": str(self.model_dir),
+                                "engine": self.engine})
 
     def render_metrics(self) -> str:
         gauges = {
