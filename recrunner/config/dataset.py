@@ -80,6 +80,8 @@ class DatasetConfig:
     dense_max: list[float] = field(default_factory=lambda: list(PADDLEREC_DENSE_MAX))
     # Bytes read per block; rows are parsed a block at a time, so memory stays flat.
     block_bytes: int = 8 << 20
+    # Blocks parsed concurrently (threads).
+    parse_workers: int = 2
     # Generate the files from `synth` when they are missing (the bundled default data).
     generate: bool = False
     synth: SynthConfig = field(default_factory=SynthConfig)

@@ -1,6 +1,7 @@
 """Malformed-row policy: `skip` counts and logs the first few, `fail` stops at the first."""
 
 import logging
+import threading
 
 from recrunner.errors import RecrunnerError
 
@@ -16,13 +17,16 @@ class RowErrors:
         self.policy = policy
         self.max_logged = max_logged
         self.count = 0
+        self._lock = threading.Lock()  # blocks are parsed by several threads
 
     def report(self, path: str, line: int, reason: str) -> None:
         where = f"{path}:{line}: {reason}"
         if self.policy == "fail":
             raise DataError(f"malformed row at {where} (dataset.on_error=skip skips such rows)")
-        self.count += 1
-        if self.count <= self.max_logged:
+        with self._lock:
+            self.count += 1
+            count = self.count
+        if count <= self.max_logged:
             log.warning("skipping malformed row at %s", where)
-        elif self.count == self.max_logged + 1:
+        elif count == self.max_logged + 1:
             log.warning("more malformed rows skipped; the count is in the run summary")

@@ -27,7 +27,8 @@ def _read_csv(block: bytes, names: list[str], delimiter: str, types: dict,
     try:
         return pacsv.read_csv(
             io.BytesIO(block),
-            read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24),
+            read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24,
+                                           use_threads=True),
             parse_options=pacsv.ParseOptions(delimiter=delimiter, quote_char=False),
             convert_options=pacsv.ConvertOptions(column_types=types, include_columns=include,
                                                  strings_can_be_null=False),
