@@ -246,11 +246,30 @@ class Handler(BaseHTTPRequestHandler):
             if app.draining:
                 self.close_connection = True
             self._write(reply)
+            if self._discard:
+                self._linger(self._discard)
             app.metrics.observe(endpoint, reply.status, time.perf_counter() - t0, reply.rows)
         except OSError:
             self.close_connection = True
         finally:
             app.end()
+
+    _discard = 0
+
+    def _linger(self, length: int) -> None:
+        """Read and drop an over-limit body for a moment, so the client (which is usually
+        still sending) reads our 413 instead of a connection reset."""
+        deadline = time.monotonic() + 2.0
+        left = min(length, 4 * self.app.cfg.max_body_bytes)
+        try:
+            self.connection.settimeout(0.5)
+            while left > 0 and time.monotonic() < deadline:
+                chunk = self.rfile.read1(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:
+            pass
 
     def _reply(self, app: ServingApp, path: str, endpoint: str, read_body: bool) -> Reply | None:
         body = b""
@@ -272,6 +291,7 @@ class Handler(BaseHTTPRequestHandler):
                 return app.error(endpoint, 400, f"bad Content-Length {length_text!r}")
             if length > app.cfg.max_body_bytes:
                 self.close_connection = True  # the unread body would be parsed as a request
+                self._discard = length
                 return app.error(endpoint, 413, f"body of {length} bytes is over "
                                                 f"serving.max_body_bytes={app.cfg.max_body_bytes}")
             try:

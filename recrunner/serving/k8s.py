@@ -1,0 +1,248 @@
+"""`recrun serve cluster=k8s`: the Paddle Serving model bundle and its PaddleService.
+
+The bundle is the export plus serving_server_conf.prototxt / serving_client_conf.prototxt
+(feed and fetch vars, as Paddle Serving's own bundles carry), packed as serving_bundle.tar.gz
+next to the export. The PaddleService (elasticserving.paddlepaddle.org/v1, Knative underneath)
+runs `recrun serve` on it; it is validated against the upstream CRD before anything is sent.
+"""
+
+import io
+import shlex
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from recrunner.config.schema import RootConfig
+from recrunner.errors import RecrunnerError
+from recrunner.export import DENSE_INPUT, META_FILE, MODEL_PREFIX, OUTPUT, SPARSE_INPUT
+from recrunner.serving.protocol import FLOAT32, INT64
+
+API_VERSION = "elasticserving.paddlepaddle.org/v1"
+KIND = "PaddleService"
+PLURAL = "paddleservices"
+SERVER_CONF = "serving_server_conf.prototxt"
+CLIENT_CONF = "serving_client_conf.prototxt"
+BUNDLE = "serving_bundle.tar.gz"
+POD_MODEL_DIR = "/models/bundle"
+# (name, type code, shape without the batch dimension)
+FEED_VARS = ((DENSE_INPUT, FLOAT32, 13), (SPARSE_INPUT, INT64, 26))
+FETCH_VARS = ((OUTPUT, FLOAT32, 1),)
+
+
+def prototxt() -> str:
+    """Feed/fetch vars in Paddle Serving's GeneralModelConfig text format (server = client)."""
+    parts = []
+    for kind, vars_ in (("feed", FEED_VARS), ("fetch", FETCH_VARS)):
+        for name, code, width in vars_:
+            parts.append(f'{kind}_var {{\n  name: "{name}"\n  alias_name: "{name}"\n'
+                         f"  is_lod_tensor: false\n  {kind}_type: {code}\n  shape: {width}\n}}\n")
+    return "".join(parts)
+
+
+def write_bundle(model_dir: Path) -> Path:
+    """Write the two prototxt files into the export and pack it; returns the tarball."""
+    if not (model_dir / META_FILE).is_file():
+        raise RecrunnerError(f"{model_dir} is not a recrunner export (no {META_FILE}); train "
+                             "first, or set serving.model_dir / runner.output_dir")
+    text = prototxt()
+    for name in (SERVER_CONF, CLIENT_CONF):
+        (model_dir / name).write_text(text)
+    tar_path = model_dir.parent / BUNDLE
+    tmp = tar_path.with_name(tar_path.name + ".tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for name in (f"{MODEL_PREFIX}.json", f"{MODEL_PREFIX}.pdiparams", META_FILE, SERVER_CONF,
+                     CLIENT_CONF):
+            tar.add(model_dir / name, arcname=name)
+    tmp.replace(tar_path)
+    return tar_path
+
+
+def service_name(cfg: RootConfig) -> str:
+    from recrunner.k8s.validate import check_name, to_dns_label
+
+    k = cfg.serving.k8s
+    if k.name:
+        return check_name("serving.k8s.name", k.name, kind="dns1035")
+    return to_dns_label(f"{cfg.model.name}-serving", 63)
+
+
+def _image(cfg: RootConfig) -> tuple[str, str]:
+    image = cfg.serving.k8s.image or getattr(cfg.cluster, "image", "")
+    if not image:
+        raise RecrunnerError("no image to serve with: set serving.k8s.image (or cluster.image) "
+                             "to an image with recrunner installed (k8s/Dockerfile)")
+    repo, _, tag = image.rpartition(":")
+    if repo and "/" not in tag:  # "host:5000/img" has a port, not a tag
+        return repo, tag
+    return image, cfg.serving.k8s.tag
+
+
+def container_arg(cfg: RootConfig) -> str:
+    """The bash command the endpoint's container runs: fetch and unpack, then serve."""
+    k, s = cfg.serving.k8s, cfg.serving
+    serve = ["recrun", "serve", "serving.host=0.0.0.0", f"serving.port={k.port}",
+             f"serving.threads={s.threads}", f"serving.workers={s.workers}",
+             f"serving.engine={s.engine}", f"serving.max_batch_rows={s.max_batch_rows}",
+             f"serving.batch_wait_ms={s.batch_wait_ms:g}"]
+    if k.bundle_url:
+        fetch = ["python", "-m", "recrunner.serving.fetch", k.bundle_url, POD_MODEL_DIR]
+        serve.append(f"serving.model_dir={POD_MODEL_DIR}")
+        return f"{shlex.join(fetch)} && exec {shlex.join(serve)}"
+    model_path = k.model_path or str(Path(cfg.runner.output_dir) / "export")
+    serve.append(f"serving.model_dir={model_path}")
+    return f"exec {shlex.join(serve)}"
+
+
+def render_service(cfg: RootConfig) -> dict[str, Any]:
+    from recrunner.k8s.validate import check_count, check_name, parse_quantity
+
+    k = cfg.serving.k8s
+    check_count("serving.k8s.min_scale", k.min_scale, minimum=0)
+    check_count("serving.k8s.max_scale", k.max_scale, minimum=1)
+    if k.max_scale < k.min_scale:
+        raise RecrunnerError(f"serving.k8s.max_scale={k.max_scale} is below "
+                             f"serving.k8s.min_scale={k.min_scale}")
+    check_count("serving.k8s.target", k.target, minimum=1)
+    if not 1 <= k.port <= 65535:
+        raise RecrunnerError(f"serving.k8s.port={k.port} is not a TCP port")
+    requests = {"cpu": k.cpu, "memory": k.memory}
+    limits = {"cpu": k.cpu_limit or k.cpu, "memory": k.memory_limit or k.memory}
+    for key, value in (("cpu", k.cpu), ("memory", k.memory), ("cpu_limit", k.cpu_limit),
+                       ("memory_limit", k.memory_limit)):
+        if value is not None:
+            parse_quantity(f"serving.k8s.{key}", value)
+    namespace = k.namespace or getattr(cfg.cluster, "namespace", None) or "default"
+    check_name("serving.k8s.namespace", namespace)
+    image, tag = _image(cfg)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": service_name(cfg), "namespace": namespace,
+                     "labels": {"app.kubernetes.io/name": "recrunner",
+                                "app.kubernetes.io/component": "serving"}},
+        "spec": {
+            "runtimeVersion": k.runtime_version,
+            "default": {"containerImage": image, "tag": tag, "port": k.port,
+                        "arg": container_arg(cfg)},
+            "service": {"minScale": k.min_scale, "maxScale": k.max_scale,
+                        "metric": str(k.metric), "target": k.target, "window": k.window},
+            "resources": {"requests": requests, "limits": limits},
+        },
+    }
+
+
+def crd_schema(crd_dir: Path) -> dict[str, Any] | None:
+    """PaddleService's openAPIV3Schema (v1beta1 CRDs keep it in spec.validation)."""
+    for path in sorted(crd_dir.glob("*.yaml")):
+        for crd in yaml.safe_load_all(path.read_text()):
+            if not crd or crd.get("kind") != "CustomResourceDefinition":
+                continue
+            spec = crd.get("spec", {})
+            if spec.get("names", {}).get("kind") != KIND:
+                continue
+            schema = (spec.get("validation") or {}).get("openAPIV3Schema")
+            for version in spec.get("versions") or []:
+                schema = schema or (version.get("schema") or {}).get("openAPIV3Schema")
+            return schema
+    return None
+
+
+def _unknown_field(value: Any, schema: dict[str, Any], path: str) -> str | None:
+    if isinstance(value, dict) and "properties" in schema:
+        for key, item in value.items():
+            sub = schema["properties"].get(key)
+            if sub is None:
+                extra = schema.get("additionalProperties")
+                if not isinstance(extra, dict):
+                    return f"{path}.{key}".lstrip(".")
+                sub = extra
+            found = _unknown_field(item, sub, f"{path}.{key}")
+            if found:
+                return found
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            found = _unknown_field(item, schema["items"], f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def validate_service(doc: dict[str, Any], crd_dir: Path) -> str | None:
+    """Raise on a schema violation; return a note when the check had to be skipped."""
+    if not crd_dir.is_dir():
+        return f"PaddleService CRD schema check skipped ({crd_dir} not found)"
+    schema = crd_schema(crd_dir)
+    if schema is None:
+        return f"PaddleService CRD schema check skipped (no PaddleService CRD in {crd_dir})"
+    import jsonschema
+
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(doc),
+                    key=lambda e: list(e.absolute_path))
+    if errors:
+        where = ".".join(str(p) for p in errors[0].absolute_path) or "(document)"
+        raise RecrunnerError(f"PaddleService/{doc['metadata']['name']} fails its CRD schema at "
+                             f"{where}: {errors[0].message}")
+    unknown = _unknown_field(doc, schema, "")
+    if unknown:
+        raise RecrunnerError(f"PaddleService/{doc['metadata']['name']}: field {unknown} is not "
+                             "in its CRD schema (the API server would drop it)")
+    return None
+
+
+def crd_dir_for(cfg: RootConfig) -> Path:
+    from recrunner.k8s.validate import default_crd_dir
+
+    configured = getattr(cfg.cluster, "crd_dir", None)
+    return Path(configured) if configured else default_crd_dir()
+
+
+def apply(cfg: RootConfig, doc: dict[str, Any]) -> str:
+    """Create or patch, through `recrun submit`'s client."""
+    from recrunner.k8s import client as kc
+
+    kube = kc.Kube(getattr(cfg.cluster, "context", None))
+    if KIND in kc.CUSTOM_PLURALS:
+        return kube.apply(doc)
+    # The shared client does not know PaddleService yet: same create-or-patch, by hand.
+    ref = kc.Ref.of(doc)
+    group, version = API_VERSION.split("/")
+    args = (group, version, ref.namespace, PLURAL)
+    try:
+        kube.custom.create_namespaced_custom_object(*args, doc)
+        return "created"
+    except Exception as exc:
+        if getattr(exc, "status", None) != 409:
+            raise kube._error(exc, "create", ref) from exc
+    try:
+        kube.custom.patch_namespaced_custom_object(*args, ref.name, doc)
+    except Exception as exc:
+        raise kube._error(exc, "update", ref) from exc
+    return "configured"
+
+
+def serve_on_k8s(cfg: RootConfig, model_dir: Path, dry_run: bool) -> int:
+    doc = render_service(cfg)  # config errors before any file is written
+    note = validate_service(doc, crd_dir_for(cfg))
+    if note:
+        print(f"recrun serve: note: {note}", file=sys.stderr)
+    tar_path = None
+    if model_dir.is_dir() or not dry_run:
+        tar_path = write_bundle(model_dir)
+        print(f"recrun serve: bundle {model_dir} ({SERVER_CONF}, {CLIENT_CONF}) packed as "
+              f"{tar_path}", file=sys.stderr)
+    if not cfg.serving.k8s.bundle_url and tar_path is not None:
+        print("recrun serve: note: serving.k8s.bundle_url is unset: pods read the export at "
+              f"{cfg.serving.k8s.model_path or Path(cfg.runner.output_dir) / 'export'}; upload "
+              f"{tar_path.name} and set serving.k8s.bundle_url to fetch it instead",
+              file=sys.stderr)
+    if dry_run:
+        out = io.StringIO()
+        yaml.safe_dump(doc, out, sort_keys=False)
+        sys.stdout.write(out.getvalue())
+        return 0
+    result = apply(cfg, doc)
+    print(f"paddleservice/{doc['metadata']['name']} {result}")
+    return 0
