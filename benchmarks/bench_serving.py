@@ -1,0 +1,147 @@
+"""Serving benchmark: latency at batch 1 with 8 concurrent clients and rows/s at batch 256,
+through HTTP (server in a subprocess, keep-alive clients here), beside the engine alone.
+
+    python benchmarks/bench_serving.py --export runs/wide_deep/export --data test.tsv
+    python benchmarks/bench_serving.py            # trains a small model on synthetic data first
+
+Targets (issue 5): p99 < 5 ms at batch 1 with 8 clients; >= 100,000 rows/s at batch 256.
+"""
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from recrunner.serving import client
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_model(root: Path) -> tuple[Path, Path]:
+    from recrunner.config.compose import load
+    from recrunner.data.synth import generate
+    from recrunner.train.loop import Trainer
+
+    generate(root / "train.tsv", 50_000, 7, 0)
+    generate(root / "test.tsv", 20_000, 7, 1)
+    cfg = load([f"dataset.train={root / 'train.tsv'}", f"dataset.test={root / 'test.tsv'}",
+                "runner.epochs=1", f"runner.output_dir={root / 'run'}", "runner.progress=false"])
+    Trainer(cfg).run()
+    return root / "run" / "export", root / "test.tsv"
+
+
+def engine_alone(export: Path, engine: str, dense: np.ndarray, sparse: np.ndarray,
+                 batch: int, seconds: float = 2.0) -> dict[str, float]:
+    from recrunner.serving.engine import load_engine
+
+    fn = load_engine(export, engine, 1, 1).predict_fns[0]
+    times = []
+    n = len(dense) - len(dense) % batch
+    for _ in range(20):
+        fn(dense[:batch], sparse[:batch])
+    start = time.perf_counter()
+    i = 0
+    while time.perf_counter() - start < seconds:
+        s = (i * batch) % n
+        t0 = time.perf_counter()
+        fn(dense[s:s + batch], sparse[s:s + batch])
+        times.append(time.perf_counter() - t0)
+        i += 1
+    lat = np.asarray(times) * 1000
+    return {"p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
+            "rows_per_s": batch * len(times) / sum(times)}
+
+
+def start_server(export: Path, port: int, engine: str, extra: list[str]) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "recrunner", "serve",
+                             f"serving.model_dir={export}", f"serving.port={port}",
+                             f"serving.engine={engine}", *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.2)
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited: {proc.stderr.read()[-2000:]}")
+    proc.kill()
+    raise SystemExit("server not ready within 120 s")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--export", type=Path)
+    p.add_argument("--data", type=Path, help="labeled Criteo TSV (with --export)")
+    p.add_argument("--engines", default="onnx,paddle")
+    p.add_argument("--endpoints", default="inference,predict")
+    p.add_argument("--requests", type=int, default=4000, help="batch-1 requests measured")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args()
+    tmp = tempfile.TemporaryDirectory()
+    if args.export is None:
+        args.export, args.data = make_model(Path(tmp.name))
+    from recrunner.data.errors import RowErrors
+    from recrunner.data.formats import CriteoFormat
+    from recrunner.data.reader import parse_block
+    from recrunner.export import load_export
+
+    data = client.read_labeled(args.data, 20_000)
+    pre = load_export(args.export).preprocessor
+    batch = parse_block(CriteoFormat(pre, labeled=False), b"\n".join(data.lines) + b"\n",
+                        str(args.data), 1, RowErrors("fail"))
+    results = []
+    for engine in args.engines.split(","):
+        for b in (1, 256):
+            r = engine_alone(args.export, engine, batch.dense, batch.sparse, b)
+            results.append({"what": f"{engine} alone", "batch": b, "clients": 1, **r})
+        port = free_port()
+        proc = start_server(args.export, port, engine, [])
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for endpoint in args.endpoints.split(","):
+                for b, clients, iters in ((1, 8, args.requests), (256, 4, 600)):
+                    if endpoint == "predict":
+                        reqs = [client.predict_request(data.lines[s:s + b])
+                                for s in range(0, len(data.lines) - b + 1, b)]
+                    else:
+                        reqs = [client.tensor_request(batch.dense[s:s + b],
+                                                      batch.sparse[s:s + b], endpoint)
+                                for s in range(0, len(data.lines) - b + 1, b)]
+                    res = client.run_load(url, reqs, iters, warmup=200 if b == 1 else 20,
+                                          concurrency=clients, endpoint=endpoint, keep=False)
+                    s = res.summary()
+                    results.append({"what": f"HTTP {endpoint} ({engine})", "batch": b,
+                                    "clients": clients, "p50_ms": s["p50_ms"],
+                                    "p99_ms": s["p99_ms"], "rows_per_s": s["rows_per_s"],
+                                    "errors": res.errors})
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return
+    print(f"{'':34} {'batch':>5} {'clients':>7} {'p50 ms':>8} {'p99 ms':>8} {'rows/s':>10}")
+    for r in results:
+        print(f"{r['what']:34} {r['batch']:>5} {r['clients']:>7} {r['p50_ms']:>8.3f} "
+              f"{r['p99_ms']:>8.3f} {r['rows_per_s']:>10,.0f}"
+              + (f"  errors {r['errors']}" if r.get("errors") else ""))
+
+
+if __name__ == "__main__":
+    main()
