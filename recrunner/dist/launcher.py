@@ -77,11 +77,14 @@ def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome
     last_life = time.monotonic()
     last_mtime = 0.0
     first_bad: float | None = None
+    seen_dead: dict[int, float] = {}  # pid -> when first seen gone (a death has no status)
     while True:
         rc = proc.poll()
         procs = status.read_all(out)
         failed = [p for p in procs if p.state == status.FAILED]
         died = [p for p in procs if p.state == status.RUNNING and not status.pid_alive(p.pid)]
+        for p in died:
+            seen_dead.setdefault(p.pid, time.time())
         if rc is not None and not failed and not died:
             done = sum(p.state == status.DONE for p in procs)
             if rc == 0 and done == sum(expected.values()):
@@ -92,7 +95,7 @@ def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome
             first_bad = first_bad or time.monotonic()
         if first_bad is not None and (time.monotonic() - first_bad >= SETTLE_S or rc is not None
                                       and time.monotonic() - first_bad >= SETTLE_S / 2):
-            return Outcome(False, describe_failure(procs, rc, log_dir, expected))
+            return Outcome(False, describe_failure(procs, rc, log_dir, expected, seen_dead))
         mtime = newest_mtime([log_dir, status.status_dir(out)])
         if mtime > last_mtime:
             last_mtime, last_life = mtime, time.monotonic()
@@ -103,18 +106,22 @@ def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome
 
 
 def describe_failure(procs: list[status.ProcessStatus], rc: int | None, log_dir: Path,
-                     expected: dict[str, int]) -> str:
-    died = [p for p in procs if p.state == status.RUNNING and not status.pid_alive(p.pid)]
-    failed = sorted((p for p in procs if p.state == status.FAILED), key=lambda p: p.time)
-    # A process that vanished without a word (killed, crashed) is the cause; its peers'
-    # errors are consequences.
-    if died:
-        p = died[0]
+                     expected: dict[str, int], seen_dead: dict[int, float]) -> str:
+    """Name the first process that went wrong: the others usually fail because of it."""
+    events: list[tuple[float, int, status.ProcessStatus]] = []
+    for p in procs:
+        if p.state == status.FAILED:
+            events.append((p.time, 1, p))
+        elif p.state == status.RUNNING and p.pid in seen_dead:
+            # It died up to one poll before it was seen; on a tie it is the likelier cause.
+            events.append((seen_dead[p.pid] - POLL_S - 0.05, 0, p))
+    if events:
+        _, _, p = min(events, key=lambda e: (e[0], e[1]))
+        log_file = log_dir / log_name(p.role, p.index)
+        if p.state == status.FAILED:
+            return f"{p.name} failed: {p.message}; log: {log_file}"
         return (f"{p.name} (pid {p.pid}) died without finishing (killed or crashed); "
-                f"log: {log_dir / log_name(p.role, p.index)}")
-    if failed:
-        p = failed[0]
-        return f"{p.name} failed: {p.message}; log: {log_dir / log_name(p.role, p.index)}"
+                f"log: {log_file}")
     seen = {(p.role, p.index) for p in procs}
     missing = [(r, i) for r, n in expected.items() for i in range(n) if (r, i) not in seen]
     if missing:
@@ -154,6 +161,9 @@ def stop(proc: subprocess.Popen, out: Path) -> None:
 
 def launch(cfg: RootConfig) -> dict[str, Any]:
     """Run the job to completion (restarting it as configured); the writer's summary."""
+    from recrunner.dist.ps import check_sync_mode
+
+    check_sync_mode(cfg)
     out = Path(cfg.runner.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     ckpt = checkpoint.latest(out)
