@@ -22,9 +22,10 @@ from recrunner.data.errors import RowErrors
 from recrunner.data.formats import CriteoFormat
 from recrunner.data.reader import parse_block
 from recrunner.export import load_export
+from recrunner.k8s.validate import validate_documents
 from recrunner.serving import client, protocol
 from recrunner.serving.batcher import MicroBatcher
-from recrunner.serving.k8s import CLIENT_CONF, SERVER_CONF, render_service, validate_service
+from recrunner.serving.k8s import CLIENT_CONF, SERVER_CONF, render_service
 from recrunner.serving.server import INFERENCE_PATH, Server
 from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun, shared_file
 
@@ -391,7 +392,7 @@ def test_paddleservice_validates_against_the_crd(tmp_path: Path) -> None:
                 "serving.k8s.min_scale=2", "serving.k8s.max_scale=6", "serving.k8s.metric=rps",
                 "serving.k8s.target=200"])
     doc = render_service(cfg)
-    assert validate_service(doc, crd_dir) is None
+    assert validate_documents([doc], crd_dir) == []  # validated, nothing skipped
     spec = doc["spec"]
     assert spec["default"]["containerImage"] == "registry.example.com/recrunner"
     assert spec["default"]["tag"] == "0.1" and spec["default"]["port"] == 9292
@@ -403,12 +404,12 @@ def test_paddleservice_validates_against_the_crd(tmp_path: Path) -> None:
     bad = json.loads(json.dumps(doc))
     bad["spec"]["service"]["metric"] = "latency"
     with pytest.raises(Exception, match="spec.service.metric"):
-        validate_service(bad, crd_dir)
+        validate_documents([bad], crd_dir)
     extra = json.loads(json.dumps(doc))
     extra["spec"]["default"]["replicas"] = 3
     with pytest.raises(Exception, match="spec.default.replicas"):
-        validate_service(extra, crd_dir)
-    assert validate_service(doc, tmp_path / "absent") is not None  # skipped, with a reason
+        validate_documents([extra], crd_dir)
+    assert "skipped" in validate_documents([doc], tmp_path / "absent")[0]  # with a reason
 
 
 def test_serve_cluster_k8s_dry_run_writes_the_bundle(export_dir: Path, tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ from recrunner.errors import RecrunnerError
 from recrunner.k8s.manifests import PADDLE_API, SAMPLE_API
 from recrunner.k8s.secrets import REDACTED
 
-CUSTOM_PLURALS = {"PaddleJob": "paddlejobs", "SampleSet": "samplesets", "SampleJob": "samplejobs"}
+CUSTOM_PLURALS = {"PaddleJob": "paddlejobs", "SampleSet": "samplesets", "SampleJob": "samplejobs",
+                  "PaddleService": "paddleservices"}
 CORE_SNAKE = {"ConfigMap": "config_map", "Secret": "secret",
               "PersistentVolumeClaim": "persistent_volume_claim"}
 SUCCEEDED = ("Completed", "Succeed")

@@ -137,8 +137,11 @@ def load_crd_schemas(crd_dir: str) -> dict[tuple[str, str], dict[str, Any]]:
             if not crd or crd.get("kind") != "CustomResourceDefinition":
                 continue
             spec = crd["spec"]
-            for version in spec.get("versions") or []:
-                schema = (version.get("schema") or {}).get("openAPIV3Schema")
+            # apiextensions v1beta1 CRDs (PaddleService) keep one schema in spec.validation.
+            shared = (spec.get("validation") or {}).get("openAPIV3Schema")
+            versions = spec.get("versions") or [{"name": spec.get("version")}]
+            for version in versions:
+                schema = (version.get("schema") or {}).get("openAPIV3Schema") or shared
                 key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
                 # The first file wins: paddlejob.crd.yaml (with sampleSetRef) sorts before the
                 # v0.3.5 release copy.

@@ -18,11 +18,11 @@ import yaml
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
 from recrunner.export import DENSE_INPUT, META_FILE, MODEL_PREFIX, OUTPUT, SPARSE_INPUT
+from recrunner.k8s.validate import validate_documents
 from recrunner.serving.protocol import FLOAT32, INT64
 
 API_VERSION = "elasticserving.paddlepaddle.org/v1"
 KIND = "PaddleService"
-PLURAL = "paddleservices"
 SERVER_CONF = "serving_server_conf.prototxt"
 CLIENT_CONF = "serving_client_conf.prototxt"
 BUNDLE = "serving_bundle.tar.gz"
@@ -134,64 +134,6 @@ def render_service(cfg: RootConfig) -> dict[str, Any]:
     }
 
 
-def crd_schema(crd_dir: Path) -> dict[str, Any] | None:
-    """PaddleService's openAPIV3Schema (v1beta1 CRDs keep it in spec.validation)."""
-    for path in sorted(crd_dir.glob("*.yaml")):
-        for crd in yaml.safe_load_all(path.read_text()):
-            if not crd or crd.get("kind") != "CustomResourceDefinition":
-                continue
-            spec = crd.get("spec", {})
-            if spec.get("names", {}).get("kind") != KIND:
-                continue
-            schema = (spec.get("validation") or {}).get("openAPIV3Schema")
-            for version in spec.get("versions") or []:
-                schema = schema or (version.get("schema") or {}).get("openAPIV3Schema")
-            return schema
-    return None
-
-
-def _unknown_field(value: Any, schema: dict[str, Any], path: str) -> str | None:
-    if isinstance(value, dict) and "properties" in schema:
-        for key, item in value.items():
-            sub = schema["properties"].get(key)
-            if sub is None:
-                extra = schema.get("additionalProperties")
-                if not isinstance(extra, dict):
-                    return f"{path}.{key}".lstrip(".")
-                sub = extra
-            found = _unknown_field(item, sub, f"{path}.{key}")
-            if found:
-                return found
-    if isinstance(value, list) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(value):
-            found = _unknown_field(item, schema["items"], f"{path}[{i}]")
-            if found:
-                return found
-    return None
-
-
-def validate_service(doc: dict[str, Any], crd_dir: Path) -> str | None:
-    """Raise on a schema violation; return a note when the check had to be skipped."""
-    if not crd_dir.is_dir():
-        return f"PaddleService CRD schema check skipped ({crd_dir} not found)"
-    schema = crd_schema(crd_dir)
-    if schema is None:
-        return f"PaddleService CRD schema check skipped (no PaddleService CRD in {crd_dir})"
-    import jsonschema
-
-    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(doc),
-                    key=lambda e: list(e.absolute_path))
-    if errors:
-        where = ".".join(str(p) for p in errors[0].absolute_path) or "(document)"
-        raise RecrunnerError(f"PaddleService/{doc['metadata']['name']} fails its CRD schema at "
-                             f"{where}: {errors[0].message}")
-    unknown = _unknown_field(doc, schema, "")
-    if unknown:
-        raise RecrunnerError(f"PaddleService/{doc['metadata']['name']}: field {unknown} is not "
-                             "in its CRD schema (the API server would drop it)")
-    return None
-
-
 def crd_dir_for(cfg: RootConfig) -> Path:
     from recrunner.k8s.validate import default_crd_dir
 
@@ -203,30 +145,12 @@ def apply(cfg: RootConfig, doc: dict[str, Any]) -> str:
     """Create or patch, through `recrun submit`'s client."""
     from recrunner.k8s import client as kc
 
-    kube = kc.Kube(getattr(cfg.cluster, "context", None))
-    if KIND in kc.CUSTOM_PLURALS:
-        return kube.apply(doc)
-    # The shared client does not know PaddleService yet: same create-or-patch, by hand.
-    ref = kc.Ref.of(doc)
-    group, version = API_VERSION.split("/")
-    args = (group, version, ref.namespace, PLURAL)
-    try:
-        kube.custom.create_namespaced_custom_object(*args, doc)
-        return "created"
-    except Exception as exc:
-        if getattr(exc, "status", None) != 409:
-            raise kube._error(exc, "create", ref) from exc
-    try:
-        kube.custom.patch_namespaced_custom_object(*args, ref.name, doc)
-    except Exception as exc:
-        raise kube._error(exc, "update", ref) from exc
-    return "configured"
+    return kc.Kube(getattr(cfg.cluster, "context", None)).apply(doc)
 
 
 def serve_on_k8s(cfg: RootConfig, model_dir: Path, dry_run: bool) -> int:
     doc = render_service(cfg)  # config errors before any file is written
-    note = validate_service(doc, crd_dir_for(cfg))
-    if note:
+    for note in validate_documents([doc], crd_dir_for(cfg)):
         print(f"recrun serve: note: {note}", file=sys.stderr)
     tar_path = None
     if model_dir.is_dir() or not dry_run:
