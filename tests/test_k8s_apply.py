@@ -37,8 +37,10 @@ ROUTES = [
     re.compile(r"^/api/v1/(?P<plural>persistentvolumes)(?:/(?P<name>[^/]+))?$"),
     re.compile(r"^/apis/batch\.paddlepaddle\.org/(?P<version>v1|v1alpha1)/namespaces/"
                r"(?P<ns>[^/]+)/(?P<plural>paddlejobs|samplesets|samplejobs)(?:/(?P<name>[^/]+))?$"),
+    re.compile(r"^/apis/elasticserving\.paddlepaddle\.org/(?P<version>v1)/namespaces/"
+               r"(?P<ns>[^/]+)/(?P<plural>paddleservices)(?:/(?P<name>[^/]+))?$"),
 ]
-CUSTOM = {"paddlejobs", "samplesets", "samplejobs"}
+CUSTOM = {"paddlejobs", "samplesets", "samplejobs", "paddleservices"}
 MAX_REQUESTS = 300  # a runaway loop in the code under test fails instead of spinning
 
 
@@ -481,3 +483,16 @@ def test_no_kubeconfig(fake: FakeKube, capsys: pytest.CaptureFixture, tmp_path: 
     assert recrun("delete") == 2
     assert "no Kubernetes credentials" in one_error_line(capsys)
 
+
+
+def test_paddleservice_is_created_then_patched(fake: FakeKube) -> None:
+    from recrunner.config.compose import load
+    from recrunner.serving.k8s import apply, render_service
+
+    cfg = load([*BASE, "serving.k8s.image=registry.example.com/recrunner:0.1"])
+    assert apply(cfg, render_service(cfg)) == "created"
+    cfg = load([*BASE, "serving.k8s.image=registry.example.com/recrunner:0.2"])
+    assert apply(cfg, render_service(cfg)) == "configured"
+    (service,) = [o for (plural, _), o in fake.objects.items() if plural == "paddleservices"]
+    assert service["spec"]["default"]["tag"] == "0.2"
+    assert [r.method for r in fake.requests if r.method != "GET"] == ["POST", "POST", "PATCH"]
