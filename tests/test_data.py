@@ -182,3 +182,21 @@ def test_dense_minmax_matches_paddlerec_scaling() -> None:
 
 def test_on_error_policy_config_value() -> None:
     assert OnError("skip") == "skip"
+
+
+@pytest.mark.parametrize("labeled", [True, False])
+def test_small_block_path_equals_the_pyarrow_path(monkeypatch, labeled: bool) -> None:
+    import recrunner.data.formats as formats
+
+    table = rows(60, seed=5)
+    text = "\n".join("\t".join(r if labeled else r[1:]) for r in table) + "\n"
+    fmt = formats.CriteoFormat(PRE, labeled=labeled)
+    small = fmt.parse(text.encode())
+    monkeypatch.setattr(formats, "SMALL_BLOCK_BYTES", 0)
+    big = fmt.parse(text.encode())
+    for a, b in zip((small.dense, small.sparse, small.label), (big.dense, big.sparse, big.label),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(formats.BlockInvalid):
+        monkeypatch.setattr(formats, "SMALL_BLOCK_BYTES", 1 << 20)
+        fmt.parse(text.replace("\t", "\tx", 1).encode() if labeled else b"1\t2\n")

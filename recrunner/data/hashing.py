@@ -22,20 +22,12 @@ def _mix(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint64(31))
 
 
-def hash_strings(values: pa.Array, salt: int) -> np.ndarray:
-    """64-bit hashes of a string array (null hashes like the empty string)."""
-    values = values.cast(pa.large_string()) if values.type != pa.large_string() else values
-    n = len(values)
-    offsets = np.frombuffer(values.buffers()[1], np.int64)[values.offset:values.offset + n + 1]
-    data_buf = values.buffers()[2]
-    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.empty(0, np.uint8)
-    starts = offsets[:-1]
-    lengths = np.diff(offsets)
-    if values.null_count:
-        lengths = np.where(values.is_null().to_numpy(zero_copy_only=False), 0, lengths)
-    h = np.full(n, FNV_OFFSET ^ np.uint64(salt), dtype=np.uint64)
+def _hash_bytes(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                salt: int | np.ndarray) -> np.ndarray:
+    """FNV-1a over data[starts[i]:starts[i] + lengths[i]] for every i, then mixed."""
+    h = np.full(len(starts), FNV_OFFSET, dtype=np.uint64) ^ np.asarray(salt, np.uint64)
     with np.errstate(over="ignore"):
-        longest = int(lengths.max()) if n else 0
+        longest = int(lengths.max()) if len(lengths) else 0
         for j in range(longest):
             if lengths.min() > j:
                 h = (h ^ data[starts + j]) * FNV_PRIME
@@ -43,6 +35,28 @@ def hash_strings(values: pa.Array, salt: int) -> np.ndarray:
                 live = lengths > j
                 h[live] = (h[live] ^ data[starts[live] + j]) * FNV_PRIME
         return _mix(h ^ lengths.astype(np.uint64))
+
+
+def hash_strings(values: pa.Array, salt: int | np.ndarray) -> np.ndarray:
+    """64-bit hashes of a string or binary array (null hashes like the empty string)."""
+    large = pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type)
+    n = len(values)
+    offsets = np.frombuffer(values.buffers()[1], np.int64 if large else np.int32)[
+        values.offset:values.offset + n + 1].astype(np.int64)
+    data_buf = values.buffers()[2]
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.empty(0, np.uint8)
+    lengths = np.diff(offsets)
+    if values.null_count:
+        lengths = np.where(values.is_null().to_numpy(zero_copy_only=False), 0, lengths)
+    return _hash_bytes(data, offsets[:-1], lengths, salt)
+
+
+def hash_byte_strings(values: list[bytes], salt: np.ndarray) -> np.ndarray:
+    """hash_strings for a few Python byte strings, one salt each (no Arrow round trip)."""
+    lengths = np.fromiter(map(len, values), np.int64, len(values))
+    starts = np.zeros(len(values), np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return _hash_bytes(np.frombuffer(b"".join(values), np.uint8), starts, lengths, salt)
 
 
 def field_salt(field_name: str) -> int:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow as pa
 
-from recrunner.data.hashing import field_salt, hash_to_buckets
+from recrunner.data.hashing import field_salt, hash_byte_strings, hash_to_buckets
 
 NUM_DENSE = 13
 NUM_SPARSE = 26
@@ -24,7 +24,7 @@ class Preprocessor:
     dense_max: list[float] | None = None
 
     def __post_init__(self) -> None:
-        self._salts = [field_salt(name) for name in SPARSE_NAMES]
+        self._salts = np.array([field_salt(name) for name in SPARSE_NAMES], np.uint64)
         if self.dense_transform == "minmax":
             lo = np.asarray(self.dense_min, np.float32)
             span = np.asarray(self.dense_max, np.float32) - lo
@@ -57,3 +57,9 @@ class Preprocessor:
         for j, (col, salt) in enumerate(zip(columns, self._salts, strict=True)):
             out[:, j] = hash_to_buckets(col, salt, self.num_buckets)
         return out
+
+    def sparse_from_bytes(self, values: list[bytes]) -> np.ndarray:
+        """`sparse` for a few rows given as Python bytes, row-major (26 per row)."""
+        n = len(values) // NUM_SPARSE
+        hashed = hash_byte_strings(values, np.tile(self._salts, n))
+        return (hashed % np.uint64(self.num_buckets)).astype(np.int64).reshape(n, NUM_SPARSE)
