@@ -26,7 +26,6 @@ from recrunner.data.reader import Shard, iter_examples, rebatch
 from recrunner.data.synth import truth_path
 from recrunner.data.transform import NUM_DENSE, NUM_SPARSE
 from recrunner.dist.roles import DistError, Role, check_port_free, wait_for_port
-from recrunner.export import save_export
 from recrunner.train import checkpoint
 from recrunner.train.loop import build_net, model_fingerprint, preprocessor_for
 from recrunner.train.metrics import evaluate_predictions
@@ -284,21 +283,6 @@ class PsJob:
         """The dygraph Net's state_dict (numpy) holding the servers' values."""
         return {**self.dense_state(), "embedding.weight": self.table_rows()}
 
-    def dygraph_net(self) -> Any:
-        """The model zoo Net (dygraph) holding the servers' values. Leaves dygraph mode on:
-        the static executor fails after a switch back, so call it last."""
-        import paddle
-
-        state = self.net_state()
-        paddle.disable_static()
-        net = build_net(self.cfg)
-        missing = set(net.state_dict()) ^ set(state)
-        if missing:
-            raise DistError(f"cannot map PS parameters onto {self.cfg.model.name}'s Net: "
-                            f"{sorted(missing)}")
-        net.set_state_dict({k: paddle.to_tensor(v) for k, v in state.items()})
-        return net
-
     def save_checkpoint(self) -> None:
         """Numbered checkpoint: the Net (for eval/export, as mode=local) and the servers'
         tables with their optimizer states (for resume), beside it as <epoch>.ps/."""
@@ -351,8 +335,15 @@ class PsJob:
             "sync_mode": self.cfg.mode.sync_mode,
         }
         if self.is_writer:
-            save_export(self.dygraph_net(), export_dir, self.pre, str(self.cfg.dataset.format),
-                        self.cfg.model.name, {"metrics": metrics, "trained_by": "mode=ps"})
+            from recrunner.config.compose import to_yaml
+            from recrunner.dist import rebuild
+
+            dist = self.out / "dist"
+            self.paddle.save(self.net_state(), str(dist / rebuild.STATE))
+            (dist / rebuild.CONFIG).write_text(to_yaml(self.cfg))
+            (dist / rebuild.EXTRA).write_text(json.dumps({"metrics": metrics,
+                                                          "trained_by": "mode=ps"}))
+            rebuild.rebuild_in_subprocess(self.out, self.cfg.mode.timeout_s)
             (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
         self.barrier()
         return summary

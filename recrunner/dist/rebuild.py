@@ -1,0 +1,55 @@
+"""Build the export of a PS-trained model: the model zoo's dygraph Net filled with the
+servers' values, saved by recrunner.export.save_export exactly like a local export.
+
+Runs as its own process (`python -m recrunner.dist.rebuild RUN_DIR`): the PS trainer runs
+with FLAGS_enable_pir_api=0, under which paddle.jit.save writes the legacy .pdmodel format
+instead of the model.json that local exports (and `recrun serve`) use.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+STATE = "final_state.pdparams"
+CONFIG = "export_config.yaml"
+EXTRA = "export_extra.json"
+
+
+def rebuild(run_dir: Path) -> Path:
+    from recrunner.config.compose import load_resolved
+    from recrunner.errors import RecrunnerError
+    from recrunner.export import save_export
+    from recrunner.runtime import import_paddle
+    from recrunner.train.loop import build_net, preprocessor_for
+
+    dist = run_dir / "dist"
+    cfg = load_resolved(dist / CONFIG)
+    paddle = import_paddle(cfg.runner.threads)
+    net = build_net(cfg)
+    state = paddle.load(str(dist / STATE))
+    if set(state) != set(net.state_dict()):
+        raise RecrunnerError(f"cannot map PS parameters onto {cfg.model.name}'s Net: "
+                             f"{sorted(set(state) ^ set(net.state_dict()))}")
+    net.set_state_dict(state)
+    extra = json.loads((dist / EXTRA).read_text())
+    return save_export(net, run_dir / "export", preprocessor_for(cfg), str(cfg.dataset.format),
+                       cfg.model.name, extra)
+
+
+def rebuild_in_subprocess(run_dir: Path, timeout_s: float) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "FLAGS_enable_pir_api"}
+    for var in ("TRAINING_ROLE", "PADDLE_TRAINING_ROLE", "PADDLE_ROLE"):
+        env.pop(var, None)
+    proc = subprocess.run([sys.executable, "-m", "recrunner.dist.rebuild", str(run_dir)],
+                          env=env, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        from recrunner.dist.roles import DistError
+
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise DistError(f"building the export from the PS tables failed: {tail}")
+
+
+if __name__ == "__main__":
+    print(rebuild(Path(sys.argv[1])))

@@ -1,0 +1,180 @@
+"""mode=collective and mode=ps: real multi-process jobs on 127.0.0.1 (CPU, gloo)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun
+
+pytestmark = pytest.mark.slow
+TRAIN = [*SMALL_MODEL, "runner.learning_rate=0.01", "runner.batch_size=256", "runner.epochs=1",
+         "mode.timeout_s=60"]
+
+
+def run_dir_overrides(path: Path) -> list[str]:
+    return [f"runner.output_dir={path}"]
+
+
+def read_status(run: Path) -> dict[str, dict]:
+    out = {}
+    for f in (run / "dist" / "status").glob("*.json"):
+        data = json.loads(f.read_text())
+        out[f"{data['role']} {data['index']}"] = data
+    return out
+
+
+def test_collective_matches_local(synth_data: dict[str, str], tmp_path: Path) -> None:
+    base = [*data_overrides(synth_data), *TRAIN]
+    local = recrun("train", *base, *run_dir_overrides(tmp_path / "local"))
+    assert local.returncode == 0, local.stderr
+    coll = recrun("train", "mode=collective", "mode.nproc=2", *base,
+                  *run_dir_overrides(tmp_path / "coll"))
+    assert coll.returncode == 0, coll.stderr
+    run = tmp_path / "coll"
+    summary = json.loads((run / "summary.json").read_text())
+    local_summary = json.loads((tmp_path / "local" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["mode"] == "collective"
+    assert summary["train_examples"] == 20_000  # every row once, across both ranks
+    assert summary["eval_examples"] == 5_000  # one global AUC over the whole test set
+    assert abs(summary["auc"] - local_summary["auc"]) < 0.01
+    assert summary["auc"] > 0.7
+    # Data parallelism kept the ranks' weights bit-identical.
+    status = read_status(run)
+    assert status["trainer 0"]["state"] == status["trainer 1"]["state"] == "done"
+    assert status["trainer 0"]["message"] == status["trainer 1"]["message"] != ""
+    assert (run / "checkpoints" / "1" / "state.json").is_file()
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 1  # written once
+    assert (run / "logs" / "workerlog.1").is_file()
+    from recrunner.export import load_export
+
+    model = load_export(run / "export")
+    assert model.predictor.get_input_names() == ["dense", "sparse_ids"]
+
+
+def test_collective_uneven_shards_stay_in_lockstep(synth_data: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    """One rank has a batch more than the other: no hang, every row trains once."""
+    odd = tmp_path / "odd.tsv"
+    odd.write_bytes(Path(synth_data["train"]).read_bytes()
+                    + Path(synth_data["test"]).read_bytes().split(b"\n", 1)[0] + b"\n")
+    proc = recrun("train", "mode=collective", f"dataset.train={odd}",
+                  f"dataset.test={synth_data['test']}", *TRAIN, "runner.batch_size=10000",
+                  *run_dir_overrides(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["train_examples"] == 20_001
+    status = read_status(tmp_path / "run")
+    assert status["trainer 0"]["message"] == status["trainer 1"]["message"]
+
+
+def test_ps_trains_and_exports(synth_data: dict[str, str], tmp_path: Path) -> None:
+    run = tmp_path / "ps"
+    proc = recrun("train", "mode=ps", "mode.servers=1", "mode.trainers=2",
+                  *data_overrides(synth_data), *TRAIN, "runner.epochs=3",
+                  *run_dir_overrides(run))
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["mode"] == "ps" and summary["world_size"] == 2
+    assert summary["train_examples"] == 60_000 and summary["eval_examples"] == 5_000
+    assert summary["auc"] > 0.56, summary  # clearly better than a constant predictor
+    assert [p.name for p in sorted((run / "checkpoints").iterdir())] == [
+        "1", "1.ps", "2", "2.ps", "3", "3.ps"]
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
+    # The export is a local-style export; its predictions are the trainers' final ones.
+    from recrunner.data.batch import Batch
+    from recrunner.data.errors import RowErrors
+    from recrunner.data.reader import iter_examples
+    from recrunner.export import load_export
+    from recrunner.train.metrics import auc
+
+    model = load_export(run / "export")
+    assert model.predictor.get_input_names() == ["dense", "sparse_ids"]
+    from recrunner.config.dataset import DatasetConfig
+
+    ds = DatasetConfig(name="t", train=synth_data["train"], test=synth_data["test"])
+    test = Batch.concat(list(iter_examples(ds, ds.test, model.preprocessor,
+                                           RowErrors("fail", 5))))
+    probs = model.predict(test.dense, test.sparse)
+    trainers = np.load(run / "dist" / "eval_predictions.npz")
+    np.testing.assert_array_equal(trainers["label"], test.label)  # same rows, same order
+    assert np.abs(probs - trainers["prob"]).max() < 1e-4
+    assert abs(auc(test.label, probs) - summary["auc"]) < 1e-4
+
+
+def test_sync_mode_is_refused_clearly(synth_data: dict[str, str], tmp_path: Path) -> None:
+    proc = recrun("train", "mode=ps", "mode.sync_mode=sync", *data_overrides(synth_data),
+                  *TRAIN, *run_dir_overrides(tmp_path / "run"), timeout=60)
+    assert proc.returncode != 0
+    assert "mode.sync_mode=sync" in proc.stderr and "async or geo" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_killed_trainer_stops_the_job_and_restart_resumes(synth_data: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "recrunner", "train", "mode=collective",
+           *data_overrides(synth_data), *TRAIN, "runner.epochs=6", "mode.max_restarts=1",
+           *run_dir_overrides(run)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "checkpoints" / "1" / "state.json").is_file():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        victim = read_status(run)["trainer 1"]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    # The failure is named, with its log, and the job restarted from its checkpoint.
+    assert f"trainer 1 (pid {victim}) died" in err
+    assert str(run / "logs" / "workerlog.1") in err
+    assert "restarting (1/1) from checkpoint" in err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["epochs"] == 6
+    assert (run / "logs-restart1" / "workerlog.1").is_file()
+    epochs = [json.loads(line)["epoch"] for line in
+              (run / "metrics.jsonl").read_text().splitlines()]
+    assert epochs[-1] == 6 and epochs[0] == 1
+    assert time.monotonic() - killed_at < 170
+
+
+def test_killed_trainer_without_restarts_fails_in_bounded_time(synth_data: dict[str, str],
+                                                               tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "recrunner", "train", "mode=ps",
+           *data_overrides(synth_data), *TRAIN, "runner.epochs=20", *run_dir_overrides(run)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "checkpoints" / "1" / "state.json").is_file():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        victim = read_status(run)["trainer 1"]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - killed_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert elapsed < 30
+    assert f"trainer 1 (pid {victim}) died" in err and "workerlog.1" in err
+    assert "runner.resume=true" in err
+    # Nothing of the job is left running.
+    from recrunner.dist.status import pid_alive
+
+    assert not any(pid_alive(s["pid"]) for s in read_status(run).values())
