@@ -20,7 +20,7 @@ from recrunner.dist import status
 from recrunner.dist.roles import DistError, free_ports
 from recrunner.train import checkpoint
 
-POLL_S = 0.2
+POLL_S = 0.1
 # After the first failure, wait this long for the others' status before naming the culprit
 # (a killed process writes nothing; its peers then fail with a communication error).
 SETTLE_S = 1.0

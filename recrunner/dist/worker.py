@@ -2,6 +2,7 @@
 
 import logging
 import os
+import signal
 import sys
 import threading
 from typing import Any
@@ -39,6 +40,14 @@ def run_worker(cfg: RootConfig) -> dict[str, Any] | None:
     role_name = "server" if role.is_server else "trainer"
     out = cfg.runner.output_dir
     status.write(out, role_name, role.index, status.RUNNING)
+
+    def on_term(signum: int, frame: Any) -> None:
+        # Stopped from outside (the launcher stops everyone once one process fails): say so,
+        # so that the process which really failed is the one named.
+        status.write(out, role_name, role.index, status.FAILED, "stopped by SIGTERM")
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s {role.name} %(name)s %(levelname)s: %(message)s",
                         force=True)  # paddle's import may have configured the root logger
