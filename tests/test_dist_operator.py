@@ -10,7 +10,7 @@ import pytest
 
 from recrunner.config.compose import load, to_yaml
 from recrunner.dist.roles import DistError, free_ports, role_from_env
-from tests.conftest import REPO, SMALL_MODEL, data_overrides
+from tests.conftest import SMALL_MODEL, data_overrides
 
 TRAIN = [*SMALL_MODEL, "runner.learning_rate=0.01", "runner.batch_size=256", "runner.epochs=1",
          "mode.timeout_s=60"]
@@ -30,7 +30,7 @@ def start_pods(cfg: Path, envs: list[dict[str, str]], log_dir: Path) -> list[int
         log = open(log_dir / f"pod{i}.log", "w")  # noqa: SIM115 - closed with the process
         procs.append((subprocess.Popen(
             [sys.executable, "-m", "recrunner", "train", "--config-file", str(cfg)],
-            cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, stdout=log,
+            cwd=log_dir, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, stdout=log,
             stderr=subprocess.STDOUT), log))
     codes = []
     try:
@@ -100,7 +100,7 @@ def test_missing_server_fails_in_bounded_time(synth_data: dict[str, str],
            "POD_IP": "127.0.0.1", "PADDLE_PORT": str(t0), "PADDLE_WITH_GLOO": "1",
            "PADDLE_GLOO_RENDEZVOUS": "3", "PADDLE_GLOO_HTTP_ENDPOINT": f"127.0.0.1:{gloo}"}
     proc = subprocess.run([sys.executable, "-m", "recrunner", "train", "--config-file",
-                           str(cfg)], cwd=REPO, env=env, capture_output=True, text=True,
+                           str(cfg)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode != 0
     assert "did not accept connections within 5s" in proc.stderr

@@ -16,7 +16,7 @@ class RunnerConfig:
     eval_steps: int | None = None
     # Exit non-zero when the final AUC is below this.
     target_auc: float | None = None
-    # CPU threads for Paddle's kernels: 2 was 2.7x slower than 1 on the 2-core CI machine.
-    threads: int = 1
+    # CPU threads for Paddle's kernels (shared out among a local fleet job's processes).
+    threads: int = 2
     progress: bool = True
     log_every_steps: int = 200

@@ -57,9 +57,23 @@ def job_size(cfg: RootConfig) -> dict[str, int]:
     return {"server": cfg.mode.servers, "trainer": cfg.mode.trainers}
 
 
+def local_run_config(cfg: RootConfig, out: Path, resume: bool) -> RootConfig:
+    """The config the processes get: absolute paths (they run in <run>/dist, where Paddle
+    drops its scratch files) and the runner's threads shared out among them."""
+    def absolute(spec: str) -> str:
+        return spec if "://" in spec else os.path.abspath(spec)
+
+    threads = max(1, cfg.runner.threads // sum(job_size(cfg).values()))
+    return dataclasses.replace(
+        cfg,
+        dataset=dataclasses.replace(cfg.dataset, train=absolute(cfg.dataset.train),
+                                    test=absolute(cfg.dataset.test)),
+        runner=dataclasses.replace(cfg.runner, output_dir=str(out), resume=resume,
+                                   threads=threads))
+
+
 def child_env(cfg: RootConfig) -> dict[str, str]:
     env = dict(os.environ)
-    # One thread per process: the processes already share the cores.
     env["OMP_NUM_THREADS"] = str(cfg.runner.threads)
     env.setdefault("GLOG_minloglevel", "2")
     if str(cfg.mode.name) == "ps":
@@ -175,8 +189,7 @@ def launch(cfg: RootConfig) -> dict[str, Any]:
     resume = cfg.runner.resume
     attempts = cfg.mode.max_restarts + 1
     for attempt in range(attempts):
-        run_cfg = dataclasses.replace(
-            cfg, runner=dataclasses.replace(cfg.runner, output_dir=str(out), resume=resume))
+        run_cfg = local_run_config(cfg, out, resume)
         config_file = out / "dist" / "config.yaml"
         config_file.parent.mkdir(parents=True, exist_ok=True)
         config_file.write_text(to_yaml(run_cfg))
@@ -184,7 +197,8 @@ def launch(cfg: RootConfig) -> dict[str, Any]:
         log_dir.mkdir(parents=True, exist_ok=True)
         status.clear(out)
         with open(log_dir / "launch.log", "w") as launch_log:
-            proc = subprocess.Popen(launch_command(cfg, config_file, log_dir), env=child_env(cfg),
+            proc = subprocess.Popen(launch_command(cfg, config_file, log_dir),
+                                    env=child_env(run_cfg), cwd=config_file.parent,
                                     stdout=launch_log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             try:
