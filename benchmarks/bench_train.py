@@ -26,7 +26,7 @@ def peak_rss_mib() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=300_000)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, help="default: runner.threads")
     parser.add_argument("--batch-size", type=int, default=512)
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -39,7 +39,8 @@ def main() -> None:
 
         cfg = load([f"dataset.train={train}", f"dataset.test={test}", "runner.epochs=1",
                     f"runner.output_dir={tmp}/run", "runner.progress=false",
-                    f"runner.threads={opts.threads}", f"runner.batch_size={opts.batch_size}"])
+                    f"runner.batch_size={opts.batch_size}",
+                    *([f"runner.threads={opts.threads}"] if opts.threads else [])])
         pre = preprocessor_for(cfg)
         best = 0.0
         for _ in range(3):  # raw Criteo TSV -> hashed ids + transformed dense
@@ -51,7 +52,7 @@ def main() -> None:
 
         summary = Trainer(cfg).run()
         print(json.dumps({"bench": "train_wide_deep", "batch_size": opts.batch_size,
-                          "threads": opts.threads, "examples": summary["train_examples"],
+                          "threads": cfg.runner.threads, "examples": summary["train_examples"],
                           "examples_per_sec": summary["examples_per_sec"],
                           "eval_examples_per_sec": summary["eval_examples_per_sec"],
                           "auc": summary["auc"], "peak_rss_mib": peak_rss_mib()}))

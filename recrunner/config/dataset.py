@@ -31,7 +31,7 @@ class DenseTransform(StrEnum):
 class SynthConfig:
     """Synthetic Criteo-shaped data drawn from a known click model."""
 
-    train_rows: int = 400_000
+    train_rows: int = 800_000
     test_rows: int = 100_000
     seed: int = 7
     base_ctr: float = 0.25
