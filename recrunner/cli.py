@@ -1,6 +1,7 @@
 """`recrun <command> [options] [key=value ...]`: one entry point, Hydra overrides for every key."""
 
 import argparse
+import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -100,7 +101,8 @@ def run_command(name: str, argv: Sequence[str]) -> int:
     args, rest = parser.parse_known_args(argv)
     flags, overrides = split_overrides(normalize_overrides(rest))
     if "-h" in flags or "--help" in flags:
-        print_command_help(name, module, parser, overrides)
+        with contextlib.suppress(BrokenPipeError):  # `recrun x --help | head`
+            print_command_help(name, module, parser, overrides)
         return 0
     if args.config_file:
         from recrunner.config.compose import load_resolved
