@@ -136,14 +136,12 @@ def test_sync_mode_is_refused_clearly(synth_data: dict[str, str], tmp_path: Path
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_killed_trainer_stops_the_job_and_restart_resumes(synth_data: dict[str, str],
-                                                         tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "recrunner", "train", "mode=collective",
-           *data_overrides(synth_data), *TRAIN, "runner.epochs=6", "mode.max_restarts=1",
-           *run_dir_overrides(run)]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+def kill_trainer_1_after_checkpoint_1(overrides: list[str], run: Path, timeout: float
+                                      ) -> tuple[subprocess.Popen, str, int, float]:
+    """Start `recrun train`, SIGKILL trainer 1 once checkpoint 1 exists, wait for the end:
+    (process, stderr, the victim's pid, seconds from the kill to the end)."""
+    proc = subprocess.Popen([sys.executable, "-m", "recrunner", "train", *overrides], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while not (run / "checkpoints" / "1" / "state.json").is_file():
@@ -152,10 +150,19 @@ def test_killed_trainer_stops_the_job_and_restart_resumes(synth_data: dict[str, 
         victim = read_status(run)["trainer 1"]["pid"]
         os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()
-        out, err = proc.communicate(timeout=180)
+        _, err = proc.communicate(timeout=timeout)
+        return proc, err, victim, time.monotonic() - killed_at
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_killed_trainer_stops_the_job_and_restart_resumes(synth_data: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc, err, victim, elapsed = kill_trainer_1_after_checkpoint_1(
+        ["mode=collective", *data_overrides(synth_data), *TRAIN, "runner.epochs=6",
+         "mode.max_restarts=1", *run_dir_overrides(run)], run, timeout=180)
     assert proc.returncode == 0, err
     # The failure is named, with its log, and the job restarted from its checkpoint.
     assert f"trainer 1 (pid {victim}) died" in err
@@ -167,29 +174,15 @@ def test_killed_trainer_stops_the_job_and_restart_resumes(synth_data: dict[str, 
     epochs = [json.loads(line)["epoch"] for line in
               (run / "metrics.jsonl").read_text().splitlines()]
     assert epochs[-1] == 6 and epochs[0] == 1
-    assert time.monotonic() - killed_at < 170
+    assert elapsed < 170
 
 
 def test_killed_trainer_without_restarts_fails_in_bounded_time(synth_data: dict[str, str],
                                                                tmp_path: Path) -> None:
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "recrunner", "train", "mode=ps",
-           *data_overrides(synth_data), *TRAIN, "runner.epochs=20", *run_dir_overrides(run)]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (run / "checkpoints" / "1" / "state.json").is_file():
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.1)
-        victim = read_status(run)["trainer 1"]["pid"]
-        os.kill(victim, signal.SIGKILL)
-        killed_at = time.monotonic()
-        out, err = proc.communicate(timeout=60)
-        elapsed = time.monotonic() - killed_at
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    proc, err, victim, elapsed = kill_trainer_1_after_checkpoint_1(
+        ["mode=ps", *data_overrides(synth_data), *TRAIN, "runner.epochs=20",
+         *run_dir_overrides(run)], run, timeout=60)
     assert proc.returncode != 0
     assert elapsed < 30
     assert f"trainer 1 (pid {victim}) died" in err and "workerlog.1" in err
