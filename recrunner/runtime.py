@@ -18,8 +18,6 @@ def import_paddle(threads: int | None = None, static: bool = False) -> ModuleTyp
     if static:
         os.environ.setdefault("FLAGS_enable_pir_api", "0")
     if threads:
-        # Paddle sets OMP_NUM_THREADS=1 on import when it is unset.
-        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
         # Idle OpenMP threads sleep at once instead of spinning 200 ms: with another busy
         # process, 2 spinning threads trained 1.55x slower than 1; sleeping, as fast as 1.
         os.environ.setdefault("KMP_BLOCKTIME", "0")
@@ -32,5 +30,6 @@ def import_paddle(threads: int | None = None, static: bool = False) -> ModuleTyp
     import paddle
 
     if threads:
+        # After the import: Paddle warns on stderr at import when OMP_NUM_THREADS > 1.
         paddle.base.core.set_num_threads(threads)
     return paddle
