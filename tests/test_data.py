@@ -200,3 +200,25 @@ def test_small_block_path_equals_the_pyarrow_path(monkeypatch, labeled: bool) ->
     with pytest.raises(formats.BlockInvalid):
         monkeypatch.setattr(formats, "SMALL_BLOCK_BYTES", 1 << 20)
         fmt.parse(text.replace("\t", "\tx", 1).encode() if labeled else b"1\t2\n")
+
+
+def test_criteo_to_slot_tool_round_trips(tmp_path) -> None:
+    import importlib.util
+
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("criteo_to_slot",
+                                                  REPO / "tools" / "criteo_to_slot.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    table = rows(500, seed=6)
+    raw = write(tmp_path / "raw.tsv", ["\t".join(r) for r in table])
+    slot = tmp_path / "slot.txt"
+    assert tool.main([raw, str(slot), "--buckets", "1000001"]) == 0
+    cfg = DatasetConfig(name="t", train="", test="")
+    minmax = Preprocessor(1_000_001, "minmax", cfg.dense_min, cfg.dense_max)
+    want = read_all(raw, pre=minmax)
+    got = read_all(str(slot), DataFormat.slot, pre=minmax)
+    for a, b in zip(want, got, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert slot.read_text().startswith(f"click:{table[0][0]} dense_feature:")

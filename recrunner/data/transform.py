@@ -40,14 +40,18 @@ class Preprocessor:
         return cls(**data)
 
     def dense(self, raw: np.ndarray) -> np.ndarray:
-        """Transform raw counts (float32 [N, 13], NaN where missing) in place; missing -> 0."""
-        np.nan_to_num(raw, copy=False, nan=0.0)
+        """Transform raw counts (float32 [N, 13], NaN where missing) in place.
+
+        A missing value is 0 after the transform, as in PaddleRec's Criteo reader.
+        """
+        missing = np.isnan(raw)
         if self.dense_transform == "log":
             np.maximum(raw, 0.0, out=raw)
             np.log1p(raw, out=raw)
         elif self.dense_transform == "minmax":
             raw -= self._lo
             raw *= self._scale
+        raw[missing] = 0.0
         return raw
 
     def sparse(self, columns: list[pa.Array | pa.ChunkedArray]) -> np.ndarray:
