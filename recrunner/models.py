@@ -3,7 +3,8 @@
 A model package exports `Config` (a dataclass whose `name` default is the package name; its
 defaults are the model's default config); its `net` module holds `Net` (a paddle.nn.Layer built as
 `Net(cfg, num_dense, num_sparse)` whose forward maps (dense float32 [B, num_dense],
-sparse_ids int64 [B, num_sparse]) to click logits [B, 1]).
+sparse_ids int64 [B, num_sparse]) to click logits [B, 1]). Its ids go through one table,
+`self.embedding` (an nn.Embedding): mode=ps serves that table from the parameter servers.
 """
 
 import importlib

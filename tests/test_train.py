@@ -159,3 +159,19 @@ def test_default_dataset_is_generated_reproducibly(tmp_path) -> None:
     assert len(train_lines) == 3000 and all(len(x.split("\t")) == 40 for x in train_lines)
     truth = np.load(tmp_path / "a" / "test.tsv.truth.npy")
     assert truth.shape == (1000,) and 0.15 < truth.mean() < 0.35
+
+
+def test_a_second_model_is_a_folder_and_a_config(synth_data, tmp_path) -> None:
+    """models/rank/deepfm/ adds DeepFM with no change to the runner."""
+    from recrunner.export import load_export
+
+    out = tmp_path / "deepfm"
+    result = recrun(*train_args(synth_data, out, "model=deepfm", "model.fc_sizes=[32,32]",
+                                "runner.epochs=1"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["auc"] > 0.7
+    exported = load_export(out / "export")
+    assert exported.meta["model"] == "deepfm"
+    probs = exported.predict(np.zeros((2, 13), np.float32), np.ones((2, 26), np.int64))
+    assert probs.shape == (2,) and np.all((probs > 0) & (probs < 1))

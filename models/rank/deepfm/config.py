@@ -1,0 +1,14 @@
+"""DeepFM's config: the schema and, through its defaults, the model's default config."""
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Config:
+    name: str = "deepfm"
+    # One shared table: each id has a latent vector (sparse_feature_dim) and a 1st-order weight.
+    sparse_feature_number: int = 1_000_001
+    sparse_feature_dim: int = 9
+    fc_sizes: list[int] = field(default_factory=lambda: [400, 400, 400])
+    sparse_grad: bool = True
+    init_scale: float = 0.01

@@ -1,0 +1,42 @@
+"""The DeepFM network: first-order weights, pairwise FM interactions and a deep MLP, all on
+one embedding table."""
+
+import math
+
+import paddle
+import paddle.nn as nn
+
+from models.rank.deepfm.config import Config
+
+
+class Net(nn.Layer):
+    def __init__(self, cfg: Config, num_dense: int, num_sparse: int) -> None:
+        super().__init__()
+        self.num_sparse = num_sparse
+        self.dim = cfg.sparse_feature_dim
+        # Latent vector (dim columns) and first-order weight (1 column) in one lookup.
+        self.embedding = nn.Embedding(
+            cfg.sparse_feature_number, self.dim + 1, sparse=cfg.sparse_grad,
+            weight_attr=paddle.ParamAttr(
+                initializer=nn.initializer.Uniform(-cfg.init_scale, cfg.init_scale)))
+        self.first_order_dense = nn.Linear(num_dense, 1)
+        sizes = [num_sparse * self.dim + num_dense, *cfg.fc_sizes]
+        layers: list[nn.Layer] = []
+        for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+            layers += [nn.Linear(fan_in, fan_out, weight_attr=paddle.ParamAttr(
+                initializer=nn.initializer.Normal(std=1.0 / math.sqrt(fan_in)))), nn.ReLU()]
+        layers.append(nn.Linear(sizes[-1], 1))
+        self.deep = nn.Sequential(*layers)
+
+    def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
+        rows = self.embedding(sparse_ids)  # [B, num_sparse, dim + 1]
+        latent = rows[:, :, : self.dim]
+        first = paddle.sum(rows[:, :, self.dim], axis=1, keepdim=True) + self.first_order_dense(
+            dense)
+        # Sum over pairs <v_i, v_j> = ((sum_i v_i)^2 - sum_i v_i^2) / 2, summed over the dims.
+        square_of_sum = paddle.square(paddle.sum(latent, axis=1))
+        sum_of_square = paddle.sum(paddle.square(latent), axis=1)
+        second = 0.5 * paddle.sum(square_of_sum - sum_of_square, axis=1, keepdim=True)
+        deep = self.deep(paddle.concat(
+            [paddle.reshape(latent, [-1, self.num_sparse * self.dim]), dense], axis=1))
+        return first + second + deep
