@@ -1,11 +1,10 @@
 """The DeepFM network: first-order weights, pairwise FM interactions and a deep MLP, all on
 one embedding table."""
 
-import math
-
 import paddle
 import paddle.nn as nn
 
+from models.rank.blocks import id_table, mlp
 from models.rank.deepfm.config import Config
 
 
@@ -15,18 +14,10 @@ class Net(nn.Layer):
         self.num_sparse = num_sparse
         self.dim = cfg.sparse_feature_dim
         # Latent vector (dim columns) and first-order weight (1 column) in one lookup.
-        self.embedding = nn.Embedding(
-            cfg.sparse_feature_number, self.dim + 1, sparse=cfg.sparse_grad,
-            weight_attr=paddle.ParamAttr(
-                initializer=nn.initializer.Uniform(-cfg.init_scale, cfg.init_scale)))
+        self.embedding = id_table(cfg.sparse_feature_number, self.dim + 1, cfg.sparse_grad,
+                                  cfg.init_scale)
         self.first_order_dense = nn.Linear(num_dense, 1)
-        sizes = [num_sparse * self.dim + num_dense, *cfg.fc_sizes]
-        layers: list[nn.Layer] = []
-        for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
-            layers += [nn.Linear(fan_in, fan_out, weight_attr=paddle.ParamAttr(
-                initializer=nn.initializer.Normal(std=1.0 / math.sqrt(fan_in)))), nn.ReLU()]
-        layers.append(nn.Linear(sizes[-1], 1))
-        self.deep = nn.Sequential(*layers)
+        self.deep = mlp(num_sparse * self.dim + num_dense, cfg.fc_sizes)
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
         rows = self.embedding(sparse_ids)  # [B, num_sparse, dim + 1]

@@ -1,10 +1,9 @@
 """The Wide & Deep network: one shared embedding table, a deep MLP and a wide linear part."""
 
-import math
-
 import paddle
 import paddle.nn as nn
 
+from models.rank.blocks import id_table, mlp
 from models.rank.wide_deep.config import Config
 
 
@@ -15,30 +14,10 @@ class Net(nn.Layer):
         self.dim = cfg.sparse_feature_dim
         # Deep embedding (dim columns) and wide per-id weight (1 column) share one table:
         # one lookup and one sparse optimizer update instead of two.
-        self.embedding = nn.Embedding(
-            cfg.sparse_feature_number,
-            self.dim + 1,
-            sparse=cfg.sparse_grad,
-            weight_attr=paddle.ParamAttr(
-                initializer=nn.initializer.Uniform(-cfg.init_scale, cfg.init_scale)
-            ),
-        )
+        self.embedding = id_table(cfg.sparse_feature_number, self.dim + 1, cfg.sparse_grad,
+                                  cfg.init_scale)
         self.wide_dense = nn.Linear(num_dense, 1)
-        sizes = [num_sparse * self.dim + num_dense, *cfg.fc_sizes]
-        layers: list[nn.Layer] = []
-        for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
-            layers.append(
-                nn.Linear(
-                    fan_in,
-                    fan_out,
-                    weight_attr=paddle.ParamAttr(
-                        initializer=nn.initializer.Normal(std=1.0 / math.sqrt(fan_in))
-                    ),
-                )
-            )
-            layers.append(nn.ReLU())
-        layers.append(nn.Linear(sizes[-1], 1))
-        self.deep = nn.Sequential(*layers)
+        self.deep = mlp(num_sparse * self.dim + num_dense, cfg.fc_sizes)
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
         rows = self.embedding(sparse_ids)  # [B, num_sparse, dim + 1]
@@ -46,4 +25,3 @@ class Net(nn.Layer):
         wide_sparse = paddle.sum(rows[:, :, self.dim], axis=1, keepdim=True)
         deep = self.deep(paddle.concat([deep_emb, dense], axis=1))
         return deep + self.wide_dense(dense) + wide_sparse
-
