@@ -97,8 +97,9 @@ def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome
         procs = status.read_all(out)
         failed = [p for p in procs if p.state == status.FAILED]
         died = [p for p in procs if p.state == status.RUNNING and not status.pid_alive(p.pid)]
+        now = time.time()  # one instant per poll: deaths seen together tie
         for p in died:
-            seen_dead.setdefault(p.pid, time.time())
+            seen_dead.setdefault(p.pid, now)
         if rc is not None and not failed and not died:
             done = sum(p.state == status.DONE for p in procs)
             if rc == 0 and done == sum(expected.values()):
@@ -125,10 +126,13 @@ def describe_failure(procs: list[status.ProcessStatus], rc: int | None, log_dir:
     events: list[tuple[float, int, status.ProcessStatus]] = []
     for p in procs:
         if p.state == status.FAILED:
-            events.append((p.time, 1, p))
+            events.append((p.time, 2, p))
         elif p.state == status.RUNNING and p.pid in seen_dead:
-            # It died up to one poll before it was seen; on a tie it is the likelier cause.
-            events.append((seen_dead[p.pid] - POLL_S - 0.05, 0, p))
+            # It died up to one poll before it was seen; on a tie it is the likelier cause,
+            # unless its log shows it crashed (peers crash when a process vanishes; one killed
+            # outright leaves no report).
+            crashed = crash_reported(log_dir / log_name(p.role, p.index))
+            events.append((seen_dead[p.pid] - POLL_S - 0.05, 1 if crashed else 0, p))
     if events:
         _, _, p = min(events, key=lambda e: (e[0], e[1]))
         log_file = log_dir / log_name(p.role, p.index)
@@ -143,6 +147,17 @@ def describe_failure(procs: list[status.ProcessStatus], rc: int | None, log_dir:
         return (f"{r} {i} exited before it started training (launcher exit code {rc}); "
                 f"log: {log_dir / log_name(r, i)}")
     return f"paddle.distributed.launch exited with code {rc}; logs: {log_dir}"
+
+
+def crash_reported(log_file: Path) -> bool:
+    """Whether a process's log ends with a crash report (Paddle's fatal-signal handler)."""
+    try:
+        with open(log_file, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+            tail = f.read()
+    except OSError:
+        return False
+    return b"FatalError" in tail or b"terminate called" in tail
 
 
 def newest_mtime(dirs: list[Path]) -> float:
@@ -175,12 +190,13 @@ def stop(proc: subprocess.Popen, out: Path) -> None:
 
 def launch(cfg: RootConfig) -> dict[str, Any]:
     """Run the job to completion (restarting it as configured); the writer's summary."""
-    from recrunner.dist.ps import check_sync_mode
+    from recrunner.dist.ps import check_resumable, check_sync_mode
 
     check_sync_mode(cfg)
     out = Path(cfg.runner.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     ckpt = checkpoint.latest(out)
+    check_resumable(cfg, ckpt is not None and cfg.runner.resume)
     if ckpt is not None and not cfg.runner.resume:
         raise DistError(f"{out} already holds checkpoint {ckpt.epoch}; pass runner.resume=true "
                         "to continue it or choose another runner.output_dir")

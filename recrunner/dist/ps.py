@@ -49,6 +49,23 @@ def check_sync_mode(cfg: RootConfig) -> None:
                         "server (segfault in SendBarrierOp); use mode.sync_mode=async or geo")
 
 
+GEO_RESUME = ("mode.sync_mode=geo cannot resume from a checkpoint: geo trainers keep local "
+              "copies of every parameter, and paddlepaddle 3.0's fleet cannot reload them "
+              "consistently with the servers (the resumed model was worse than chance); resume "
+              "with mode.sync_mode=async, or start a new runner.output_dir")
+
+
+def check_resumable(cfg: RootConfig, resuming: bool) -> None:
+    """Refuse what needs a resume in geo mode: a resumed run, or automatic restarts."""
+    if str(cfg.mode.name) != "ps" or cfg.mode.sync_mode != "geo":
+        return
+    if resuming:
+        raise DistError(GEO_RESUME)
+    if cfg.mode.max_restarts:
+        raise DistError("mode.max_restarts restarts from the last checkpoint, but "
+                        + GEO_RESUME)
+
+
 class FleetEmbedding:
     """Stands in for the Net's nn.Embedding: a lookup in the servers' table."""
 
@@ -313,6 +330,7 @@ class PsJob:
         if ckpt.state.get("fingerprint") != model_fingerprint(self.cfg):
             raise DistError(f"checkpoint {ckpt.path} was trained with another model config; "
                             "resume with the same model.* and dataset.dense_transform")
+        check_resumable(self.cfg, resuming=True)
         ps_dir = ckpt.path.parent / ckpt.state.get("ps_tables", f"{ckpt.epoch}.ps")
         if not ps_dir.is_dir():
             raise DistError(f"checkpoint {ckpt.path} has no parameter-server tables "
