@@ -222,3 +222,29 @@ def test_criteo_to_slot_tool_round_trips(tmp_path) -> None:
     for a, b in zip(want, got, strict=True):
         np.testing.assert_array_equal(a, b)
     assert slot.read_text().startswith(f"click:{table[0][0]} dense_feature:")
+
+
+def test_reading_streams_memory_does_not_grow_with_the_file(tmp_path) -> None:
+    """Resident memory after the first block stays flat while a 75 MiB file streams by."""
+    from recrunner.data.synth import generate
+
+    if not Path("/proc/self/statm").exists():
+        pytest.skip("needs /proc to read the resident set size")
+    code = ("import os, sys; from recrunner.config.dataset import DatasetConfig;"
+            "from recrunner.data.errors import RowErrors;"
+            "from recrunner.data.reader import iter_examples;"
+            "from recrunner.data.transform import Preprocessor;"
+            "rss = lambda: int(open('/proc/self/statm').read().split()[1]) * os.sysconf("
+            "'SC_PAGE_SIZE');"
+            "cfg = DatasetConfig(name='t', train='', test='', block_bytes=1 << 20);"
+            "n, first, peak = 0, None, 0\n"
+            "for b in iter_examples(cfg, sys.argv[1], Preprocessor(1000001), RowErrors()):\n"
+            "    n += len(b); first = first or rss(); peak = max(peak, rss())\n"
+            "print(n, (peak - first) / 2**20)")
+    path = tmp_path / "big.tsv"
+    generate(path, 320_000, 7, 0)
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert int(out[0]) == 320_000
+    assert path.stat().st_size > 70 * 2**20
+    assert float(out[1]) < 24, f"resident memory grew {out[1]} MiB while reading"
