@@ -78,7 +78,7 @@ class CriteoFormat:
         text = first_line.decode("utf-8", "replace").strip()
         delimiter = "\t" if "\t" in text else ","
         fields = text.split(delimiter)
-        if NUMBER.match(fields[0]) or fields[0] == "":
+        if fields[0].strip() != self.names[0]:  # a data row (bad or not), not a header
             return None
         if [f.strip() for f in fields] != self.names:
             raise ValueError(f"header {fields[:3]}... is not {','.join(self.names[:3])},...")
