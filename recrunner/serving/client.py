@@ -20,8 +20,6 @@ from recrunner.errors import RecrunnerError
 from recrunner.serving import protocol
 from recrunner.serving.server import INFERENCE_PATH
 
-ENDPOINTS = ("predict", "inference", "prediction")
-
 
 @dataclass
 class Labeled:

@@ -15,7 +15,7 @@ from recrunner.serving.batcher import TimedOut
 
 
 class Job:
-    __slots__ = ("item", "weight", "result", "error", "done", "promoted", "event")
+    __slots__ = ("item", "weight", "result", "error", "done", "event")
 
     def __init__(self, item: Any, weight: int) -> None:
         self.item = item
@@ -23,7 +23,6 @@ class Job:
         self.result: Any = None
         self.error: BaseException | None = None
         self.done = False
-        self.promoted = False
         self.event = threading.Event()
 
 
@@ -79,7 +78,6 @@ class Combiner:
         with self._lock:
             if self._pending:
                 nxt = self._pending[0]
-                nxt.promoted = True
                 nxt.event.set()
             else:
                 self._busy = False

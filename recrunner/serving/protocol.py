@@ -5,7 +5,6 @@ arrays reaching the predictor always have the export's dtypes, shapes and id ran
 """
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -395,6 +394,3 @@ def parse_many(items: list[RawRows]) -> list[Parsed | BadRequest]:
                 out[i] = exc
     return out  # type: ignore[return-value]
 
-
-def lines_of(values: Sequence[float]) -> bytes:
-    return ("\n".join(f"{p:.7f}" for p in values) + "\n").encode()

@@ -69,12 +69,11 @@ class ServingApp:
         self.draining = False
         self.batcher: MicroBatcher | None = None
         self.engine = ""
+        self.engine_note = ""  # why this engine (agreement with paddle, or the fallback)
         self.parser = Combiner(protocol.parse_many, cfg.max_batch_rows)
-        self.engine_note = ""
         self.model: protocol.Model | None = None
         self._inflight = 0
         self._idle = threading.Condition()
-        self.started = time.time()
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -89,8 +88,7 @@ class ServingApp:
             names = (OUTPUT, *exported.predictor.get_output_names())
             self.model = protocol.Model(exported.preprocessor, exported.meta.get("format",
                                                                                 "criteo"), names)
-            self.engine = engine.name
-            self.engine_note = engine.note
+            self.engine, self.engine_note = engine.name, engine.note
             self.batcher = MicroBatcher(engine.predict_fns, self.cfg.max_batch_rows,
                                         self.cfg.batch_wait_ms / 1000, self.cfg.max_queue_rows)
         except Exception as exc:
@@ -184,7 +182,7 @@ class ServingApp:
         if not self.ready.is_set():
             return json_reply(503, {"status": "loading"})
         return json_reply(200, {"status": "ready", "model_dir": str(self.model_dir),
-                                "engine": self.engine})
+                                "engine": self.engine, "engine_note": self.engine_note})
 
     def render_metrics(self) -> str:
         gauges = {
