@@ -83,7 +83,7 @@ def test_ps_trains_and_exports(synth_data: dict[str, str], tmp_path: Path) -> No
     summary = json.loads((run / "summary.json").read_text())
     assert summary["mode"] == "ps" and summary["world_size"] == 2
     assert summary["train_examples"] == 60_000 and summary["eval_examples"] == 5_000
-    assert summary["auc"] > 0.56, summary  # clearly better than a constant predictor
+    assert summary["auc"] > 0.62, summary  # clearly better than a constant predictor (0.5)
     assert [p.name for p in sorted((run / "checkpoints").iterdir())] == [
         "1", "1.ps", "2", "2.ps", "3", "3.ps"]
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 3

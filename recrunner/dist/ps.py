@@ -420,6 +420,11 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     strategy.a_sync = True
     if cfg.mode.sync_mode == "geo":
         strategy.a_sync_configs = {"k_steps": cfg.mode.geo_k_steps}
+    else:
+        accessor = f"table_parameters.{TABLE}.accessor"
+        strategy.sparse_table_configs = {TABLE: {
+            f"{accessor}.{rule}.adam.learning_rate": cfg.mode.table_learning_rate
+            for rule in ("embed_sgd_param", "embedx_sgd_param")}}
     with paddle.static.program_guard(graph.main, graph.startup):
         opt = fleet.distributed_optimizer(
             paddle.optimizer.Adam(learning_rate=cfg.runner.learning_rate), strategy)
