@@ -243,10 +243,11 @@ class Handler(BaseHTTPRequestHandler):
                 return
             if app.draining:
                 self.close_connection = True
+            # Counted before the reply goes out: a client that reads /metrics next sees it.
+            app.metrics.observe(endpoint, reply.status, time.perf_counter() - t0, reply.rows)
             self._write(reply)
             if self._discard:
                 self._linger(self._discard)
-            app.metrics.observe(endpoint, reply.status, time.perf_counter() - t0, reply.rows)
         except OSError:
             self.close_connection = True
         finally:
