@@ -13,7 +13,7 @@ import pytest
 from recrunner.config.dataset import DataFormat, DatasetConfig, OnError
 from recrunner.data.errors import DataError, RowErrors
 from recrunner.data.hashing import field_salt, hash_strings, hash_to_buckets
-from recrunner.data.reader import Shard, iter_examples
+from recrunner.data.reader import Shard, iter_examples, unshard
 from recrunner.data.transform import DENSE_NAMES, SPARSE_NAMES, Preprocessor
 from tests.conftest import shared_file
 
@@ -149,6 +149,8 @@ def test_shards_are_disjoint_and_complete(tmp_path) -> None:
         write(tmp_path / "many" / f"p{k}.tsv", ["\t".join(r) for r in table[k::4]])
     by_file = [len(read_all(str(tmp_path / "many"), shard=Shard(i, 2))[2]) for i in range(2)]
     assert sum(by_file) == 1000 and min(by_file) > 0
+    # unshard puts every shard's rows back in file order (evaluation merges ranks with it).
+    np.testing.assert_array_equal(unshard(parts, one), full)
 
 
 def test_hash_is_stable_across_processes() -> None:

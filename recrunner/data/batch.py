@@ -19,6 +19,13 @@ class Batch:
         return Batch(self.dense[index], self.sparse[index], label)
 
     @staticmethod
+    def empty() -> "Batch":
+        from recrunner.data.transform import NUM_DENSE, NUM_SPARSE
+
+        return Batch(np.empty((0, NUM_DENSE), np.float32), np.empty((0, NUM_SPARSE), np.int64),
+                     np.empty(0, np.float32))
+
+    @staticmethod
     def concat(batches: list["Batch"]) -> "Batch":
         if len(batches) == 1:
             return batches[0]

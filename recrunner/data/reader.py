@@ -16,7 +16,7 @@ from recrunner.config.dataset import DataFormat, DatasetConfig
 from recrunner.data.batch import Batch
 from recrunner.data.errors import DataError, RowErrors
 from recrunner.data.formats import BlockInvalid, CriteoFormat, SlotFormat
-from recrunner.data.transform import NUM_DENSE, NUM_SPARSE, Preprocessor
+from recrunner.data.transform import Preprocessor
 
 log = logging.getLogger(__name__)
 Format = CriteoFormat | SlotFormat
@@ -78,17 +78,12 @@ def parse_block(fmt: Format, block: bytes, path: str, first_line: int,
         else:
             errors.report(path, first_line + i, reason)
     if not good:
-        return _empty_batch()
+        return Batch.empty()
     try:
         return fmt.parse(("\n".join(good) + "\n").encode())
     except BlockInvalid as exc:
         raise DataError(f"{path}:{first_line}-{first_line + len(lines) - 1}: cannot parse "
                         f"block: {exc}") from exc
-
-
-def _empty_batch() -> Batch:
-    return Batch(np.empty((0, NUM_DENSE), np.float32), np.empty((0, NUM_SPARSE), np.int64),
-                 np.empty(0, np.float32))
 
 
 @dataclass
@@ -97,6 +92,17 @@ class Shard:
 
     index: int = 0
     count: int = 1
+
+
+def unshard(parts: list[np.ndarray], spec: str) -> np.ndarray:
+    """Undo the sharding of `spec` (one part per shard, in shard order): whole files stay in
+    shard order, row strides interleave back into the files' row order."""
+    if len(parts) == 1 or len(expand_paths(spec)) >= len(parts):
+        return np.concatenate(parts)
+    out = np.empty((sum(map(len, parts)), *parts[0].shape[1:]), parts[0].dtype)
+    for index, part in enumerate(parts):
+        out[index:: len(parts)] = part
+    return out
 
 
 def make_format(cfg: DatasetConfig, pre: Preprocessor, labeled: bool = True) -> Format:

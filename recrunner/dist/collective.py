@@ -9,8 +9,7 @@ import numpy as np
 
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
-from recrunner.data.reader import expand_paths
-from recrunner.data.transform import NUM_DENSE, NUM_SPARSE
+from recrunner.data.reader import unshard
 from recrunner.dist.roles import Role, check_port_free
 from recrunner.train.dist import LocalGroup
 from recrunner.train.loop import Trainer
@@ -53,13 +52,7 @@ class CollectiveGroup(LocalGroup):
 
     def gather_rows(self, values: np.ndarray, spec: str) -> np.ndarray:
         """Every rank's rows of `spec`, back in file order when shards are row strides."""
-        parts = self._all_gather(values)
-        if len(expand_paths(spec)) >= self.world:
-            return np.concatenate(parts)  # sharded by file: rank order
-        out = np.empty((sum(map(len, parts)), *values.shape[1:]), values.dtype)
-        for rank, part in enumerate(parts):
-            out[rank:: self.world] = part
-        return out
+        return unshard(self._all_gather(values), spec)
 
     def barrier(self) -> None:
         self.dist.barrier()
@@ -110,9 +103,7 @@ class CollectiveTrainer(Trainer):
             # The tail: collect what is left on every rank, then train on it together.
             mine = [batch] if batch is not None else []
             mine += list(inner)
-            rest = Batch.concat(mine) if mine else Batch(
-                np.empty((0, NUM_DENSE), np.float32), np.empty((0, NUM_SPARSE), np.int64),
-                np.empty(0, np.float32))
+            rest = Batch.concat(mine) if mine else Batch.empty()
             tail = Batch(self.group.gather(rest.dense), self.group.gather(rest.sparse),
                          self.group.gather(rest.label))
             log.info("rank %d: %d tail rows trained by every rank together", self.group.rank,

@@ -195,11 +195,8 @@ def launch(cfg: RootConfig) -> dict[str, Any]:
     check_sync_mode(cfg)
     out = Path(cfg.runner.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    ckpt = checkpoint.latest(out)
-    check_resumable(cfg, ckpt is not None and cfg.runner.resume)
-    if ckpt is not None and not cfg.runner.resume:
-        raise DistError(f"{out} already holds checkpoint {ckpt.epoch}; pass runner.resume=true "
-                        "to continue it or choose another runner.output_dir")
+    # Before any process starts; each trainer checks the model fingerprint itself.
+    check_resumable(cfg, checkpoint.to_resume(out, cfg.runner.resume) is not None)
     summary_file = out / "summary.json"
     summary_file.unlink(missing_ok=True)
     resume = cfg.runner.resume

@@ -22,7 +22,7 @@ import numpy as np
 
 from recrunner.config.schema import RootConfig
 from recrunner.data.errors import RowErrors
-from recrunner.data.reader import Shard, iter_examples, rebatch
+from recrunner.data.reader import Shard, iter_examples, rebatch, unshard
 from recrunner.data.synth import truth_path
 from recrunner.data.transform import NUM_DENSE, NUM_SPARSE
 from recrunner.dist.roles import DistError, Role, check_port_free, wait_for_port
@@ -253,10 +253,8 @@ class PsJob:
         labels, probs = self.predict_shard()
         seconds = time.perf_counter() - start
         parts = self.gather("eval", {"label": labels, "prob": probs})
-        # Shards are row strides of one file or whole files; put rows back in file order
-        # where that is possible so the synthetic data's truth lines up.
-        all_labels = merge_rows([p["label"] for p in parts])
-        all_probs = merge_rows([p["prob"] for p in parts])
+        all_labels = unshard([p["label"] for p in parts], self.cfg.dataset.test)
+        all_probs = unshard([p["prob"] for p in parts], self.cfg.dataset.test)
         truth_file = truth_path(self.cfg.dataset.test)
         truth = np.load(truth_file) if truth_file.is_file() else None
         metrics = evaluate_predictions(all_labels, all_probs, truth)
@@ -320,16 +318,10 @@ class PsJob:
         self.barrier()
 
     def restore(self) -> None:
-        ckpt = checkpoint.latest(self.out)
-        if not self.cfg.runner.resume or ckpt is None:
-            if ckpt is not None:
-                raise DistError(f"{self.out} already holds checkpoint {ckpt.epoch}; pass "
-                                "runner.resume=true to continue it or choose another "
-                                "runner.output_dir")
+        ckpt = checkpoint.to_resume(self.out, self.cfg.runner.resume,
+                                    model_fingerprint(self.cfg))
+        if ckpt is None:
             return
-        if ckpt.state.get("fingerprint") != model_fingerprint(self.cfg):
-            raise DistError(f"checkpoint {ckpt.path} was trained with another model config; "
-                            "resume with the same model.* and dataset.dense_transform")
         check_resumable(self.cfg, resuming=True)
         ps_dir = ckpt.path.parent / ckpt.state.get("ps_tables", f"{ckpt.epoch}.ps")
         if not ps_dir.is_dir():
@@ -379,20 +371,6 @@ class PsJob:
         if metrics is None:
             metrics = self.evaluate()
         return self.finish(metrics)
-
-
-def merge_rows(parts: list[np.ndarray]) -> np.ndarray:
-    """Interleave row-stride shards back into file order (equal-or-one-shorter lengths);
-    otherwise concatenate in rank order."""
-    world = len(parts)
-    sizes = [len(p) for p in parts]
-    total = sum(sizes)
-    if world == 1 or sizes != [len(range(r, total, world)) for r in range(world)]:
-        return np.concatenate(parts)
-    out = np.empty(total, parts[0].dtype)
-    for r, p in enumerate(parts):
-        out[r::world] = p
-    return out
 
 
 def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:

@@ -68,6 +68,28 @@ def latest(output_dir: str | Path) -> Checkpoint | None:
     return None
 
 
+def to_resume(output_dir: str | Path, resume: bool,
+              fingerprint: dict[str, Any] | None = None) -> Checkpoint | None:
+    """The checkpoint a run continues from, or None for a fresh run.
+
+    Refuses to start fresh over existing checkpoints, and to resume one trained with another
+    model config (`fingerprint`), instead of silently overwriting or mixing them.
+    """
+    from recrunner.errors import RecrunnerError
+
+    ckpt = latest(output_dir)
+    if ckpt is None:
+        return None
+    if not resume:
+        raise RecrunnerError(f"{output_dir} already holds checkpoint {ckpt.epoch}; pass "
+                             "runner.resume=true to continue it or choose another "
+                             "runner.output_dir")
+    if fingerprint is not None and ckpt.state.get("fingerprint") != fingerprint:
+        raise RecrunnerError(f"checkpoint {ckpt.path} was trained with another model config; "
+                             "resume with the same model.* and dataset.dense_transform")
+    return ckpt
+
+
 def load(ckpt: Checkpoint) -> tuple[dict, dict]:
     import paddle
 

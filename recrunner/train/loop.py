@@ -16,7 +16,7 @@ from recrunner.data.errors import RowErrors
 from recrunner.data.reader import iter_examples, prefetch, rebatch
 from recrunner.data.synth import truth_path
 from recrunner.data.transform import NUM_DENSE, NUM_SPARSE, Preprocessor
-from recrunner.errors import RecrunnerError, TargetNotReached
+from recrunner.errors import TargetNotReached
 from recrunner.export import save_export
 from recrunner.models import load_net_class
 from recrunner.runtime import import_paddle
@@ -82,19 +82,12 @@ class Trainer:
 
     # --- state -------------------------------------------------------------------------
     def restore(self) -> None:
-        ckpt = checkpoint.latest(self.out)
-        if not self.cfg.runner.resume:
-            if ckpt is not None:
-                raise RecrunnerError(
-                    f"{self.out} already holds checkpoint {ckpt.epoch}; pass runner.resume=true "
-                    "to continue it or choose another runner.output_dir")
-            return
+        ckpt = checkpoint.to_resume(self.out, self.cfg.runner.resume,
+                                    model_fingerprint(self.cfg))
         if ckpt is None:
-            log.info("runner.resume=true but no checkpoint in %s: starting fresh", self.out)
+            if self.cfg.runner.resume:
+                log.info("runner.resume=true but no checkpoint in %s: starting fresh", self.out)
             return
-        if ckpt.state.get("fingerprint") != model_fingerprint(self.cfg):
-            raise RecrunnerError(f"checkpoint {ckpt.path} was trained with another model config; "
-                                 "resume with the same model.* and dataset.dense_transform")
         model_state, opt_state = checkpoint.load(ckpt)
         self.net.set_state_dict(model_state)
         self.opt.set_state_dict(opt_state)
