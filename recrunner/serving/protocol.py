@@ -4,6 +4,7 @@ Everything a client can get wrong raises BadRequest with an HTTP status and a on
 arrays reaching the predictor always have the export's dtypes, shapes and id range.
 """
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,13 @@ class Model:
     @property
     def num_buckets(self) -> int:
         return self.pre.num_buckets
+
+    @functools.cached_property
+    def row_format(self) -> CriteoFormat | SlotFormat:
+        """The label-less row parser, built once (not per request)."""
+        if self.data_format == "criteo":
+            return CriteoFormat(self.pre, labeled=False)
+        return SlotFormat(self.pre, labeled=False)
 
 
 def parse_json(body: bytes) -> Any:
@@ -327,7 +335,7 @@ def prepare_raw(model: Model, body: bytes, is_json: bool) -> RawRows:
     `recrun predict` handles a file's first block."""
     block = raw_block(model, body, is_json)
     if model.data_format == "criteo":
-        fmt: CriteoFormat | SlotFormat = CriteoFormat(model.pre, labeled=False)
+        fmt = model.row_format
         head = block.split(b"\n", 1)[0]
         try:
             delimiter = fmt.header_delimiter(head)
@@ -339,7 +347,7 @@ def prepare_raw(model: Model, body: bytes, is_json: bool) -> RawRows:
         elif b"\t" not in head and b"," in head:
             fmt = fmt.with_delimiter(",")
     else:
-        fmt, first = SlotFormat(model.pre, labeled=False), 1
+        fmt, first = model.row_format, 1
     lines = [ln.rstrip(b"\r") for ln in block.split(b"\n")]
     lines = [ln for ln in lines if ln.strip()]
     if not lines:
