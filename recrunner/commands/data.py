@@ -8,8 +8,8 @@ import numpy as np
 
 from recrunner.config.schema import RootConfig
 from recrunner.data.errors import RowErrors
+from recrunner.data.prepare import generate_synth
 from recrunner.data.reader import iter_examples
-from recrunner.data.synth import generate
 from recrunner.train.loop import preprocessor_for
 
 KEYS = ["dataset.train", "dataset.test", "dataset.format", "dataset.synth.train_rows",
@@ -24,12 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     if args.action == "synth":
-        for split, (path, rows) in enumerate(((cfg.dataset.train, cfg.dataset.synth.train_rows),
-                                              (cfg.dataset.test, cfg.dataset.synth.test_rows))):
-            start = time.perf_counter()
-            generate(path, rows, cfg.dataset.synth.seed, split, cfg.dataset.synth.base_ctr)
-            print(json.dumps({"path": path, "rows": rows,
-                              "rows_per_sec": rows / (time.perf_counter() - start)}))
+        for path, rows, rate in generate_synth(cfg.dataset, only_missing=False):
+            print(json.dumps({"path": path, "rows": rows, "rows_per_sec": rate}))
         return 0
     errors = RowErrors(str(cfg.dataset.on_error), cfg.dataset.max_logged_errors)
     rows, clicks = 0, 0.0
