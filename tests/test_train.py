@@ -175,3 +175,15 @@ def test_a_second_model_is_a_folder_and_a_config(synth_data, tmp_path) -> None:
     assert exported.meta["model"] == "deepfm"
     probs = exported.predict(np.zeros((2, 13), np.float32), np.ones((2, 26), np.int64))
     assert probs.shape == (2,) and np.all((probs > 0) & (probs < 1))
+
+
+def test_data_command_generates_and_reports(tmp_path) -> None:
+    data = [f"dataset.train={tmp_path}/train.tsv", f"dataset.test={tmp_path}/test.tsv",
+            "dataset.synth.train_rows=2000", "dataset.synth.test_rows=500"]
+    made = recrun("data", "synth", *data)
+    assert made.returncode == 0, made.stderr
+    assert [json.loads(x)["rows"] for x in made.stdout.splitlines()] == [2000, 500]
+    stats = recrun("data", "stats", *data)
+    assert stats.returncode == 0, stats.stderr
+    report = json.loads(stats.stdout)
+    assert report["rows"] == 2000 and report["skipped_rows"] == 0 and 0.1 < report["ctr"] < 0.4
