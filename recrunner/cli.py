@@ -134,6 +134,8 @@ def run_command(name: str, argv: Sequence[str]) -> int:
     hydra_args = [f"hydra.job.name={name}"]
     if not cmd.writes_run_dir:
         hydra_args += ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout",
+                       # logs on stderr: stdout carries the command's output (JSON, probabilities)
+                       "hydra.job_logging.handlers.console.stream=ext://sys.stderr",
                        "hydra/hydra_logging=none"]
     from recrunner.config.schema import register_configs
 
