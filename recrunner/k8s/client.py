@@ -6,6 +6,7 @@ merge for built-in kinds, JSON merge for custom resources), so re-submitting upd
 
 import contextlib
 import json
+import logging
 import os
 import sys
 import time
@@ -68,6 +69,8 @@ class Kube:
                     "KUBECONFIG (or ~/.kube/config), cluster.context, or run inside a pod with "
                     "a service account") from kube_exc
         conf.retries = 2  # connection retries only; fail fast when the server is unreachable
+        # urllib3 logs each retry as a warning; the failure becomes our one-line error anyway.
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
         self.host = conf.host
         self.api = client.ApiClient(conf)
         self.core = client.CoreV1Api(self.api)
