@@ -20,7 +20,7 @@ from recrunner.errors import TargetNotReached
 from recrunner.export import save_export
 from recrunner.models import load_net_class
 from recrunner.runtime import import_paddle
-from recrunner.train import checkpoint
+from recrunner.train import checkpoint, optim
 from recrunner.train.dist import LocalGroup
 from recrunner.train.metrics import evaluate_predictions
 
@@ -72,9 +72,7 @@ class Trainer:
         np.random.seed(cfg.runner.seed)
         self.net = build_net(cfg)
         self.model = self.group.wrap(self.net)
-        self.opt = self.paddle.optimizer.Adam(
-            learning_rate=cfg.runner.learning_rate, parameters=self.net.parameters(),
-            lazy_mode=True)  # updates only the embedding rows a batch touched
+        self.opt = optim.Adam(self.paddle, self.net, cfg.runner.learning_rate)
         self.epoch = 0
         self.step = 0
         self.train_seconds = 0.0
@@ -156,7 +154,6 @@ class Trainer:
             loss = F.binary_cross_entropy_with_logits(logits, to_tensor(batch.label[:, None]))
             loss.backward()
             self.opt.step()
-            self.opt.clear_grad()
             self.step += 1
             self.train_examples += len(batch)
             loss_sum += float(loss)

@@ -1,0 +1,80 @@
+"""The model blocks' fast training paths compute what the plain Paddle layers compute."""
+
+import numpy as np
+import pytest
+
+from models.rank.blocks import IdTable, Linear, split_rows
+from recrunner.errors import RecrunnerError
+from recrunner.runtime import import_paddle
+from recrunner.train import optim
+
+paddle = import_paddle()
+
+
+def grads(params: list) -> list[np.ndarray]:
+    return [p.grad.numpy().copy() for p in params]
+
+
+def test_linear_training_path_matches_nn_linear() -> None:
+    paddle.seed(1)
+    fast = Linear(7, 5)
+    plain = paddle.nn.Linear(7, 5)
+    plain.set_state_dict(fast.state_dict())
+    fast.bias.set_value(paddle.rand([5]))  # a zero bias would hide a broken bias path
+    plain.bias.set_value(fast.bias)
+    x = paddle.rand([6, 7])
+    outputs = []
+    for layer in (fast, plain):
+        layer.train()
+        out = layer(x)
+        (out * paddle.arange(30, dtype="float32").reshape([6, 5])).sum().backward()
+        outputs.append((out.numpy(), grads([layer.weight, layer.bias])))
+    np.testing.assert_allclose(outputs[0][0], outputs[1][0], rtol=1e-6, atol=1e-6)
+    for a, b in zip(outputs[0][1], outputs[1][1], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_split_rows_matches_slicing() -> None:
+    rows = paddle.rand([4, 3, 6])
+    rows.stop_gradient = False
+    latent, weight = split_rows(rows, 5)
+    np.testing.assert_array_equal(latent.numpy(), rows.numpy()[:, :, :5])
+    np.testing.assert_array_equal(weight.numpy(), rows.numpy()[:, :, 5])
+    (latent.sum() * 2 + weight.sum() * 3).backward()
+    expected = np.concatenate([np.full([4, 3, 5], 2.0), np.full([4, 3, 1], 3.0)], axis=2)
+    np.testing.assert_array_equal(rows.grad.numpy(), expected)
+
+
+def test_id_table_training_lookup_and_update_match_nn_embedding() -> None:
+    paddle.seed(2)
+    fast = IdTable(50, 4, sparse=True)
+    plain = paddle.nn.Embedding(50, 4, sparse=True)
+    plain.set_state_dict(fast.state_dict())
+    before = fast.weight.numpy().copy()
+    ids = paddle.to_tensor(np.array([[7, 3, 7], [49, 3, 0]], dtype="int64"))
+    scale = paddle.rand([2, 3, 4])
+    for layer in (fast, plain):
+        opt = paddle.optimizer.SGD(learning_rate=0.5, parameters=layer.parameters())
+        out = layer(ids)
+        (out * scale).sum().backward()
+        opt.step()
+    np.testing.assert_allclose(fast.weight.numpy(), plain.weight.numpy(), rtol=1e-6)
+    moved = np.flatnonzero(np.abs(fast.weight.numpy() - before).sum(axis=1))
+    assert moved.tolist() == [0, 3, 7, 49]
+
+
+def test_adam_splits_sparse_tables_from_dense_parameters() -> None:
+    class Net(paddle.nn.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.table = IdTable(100, 3, sparse=True)
+            self.dense_table = paddle.nn.Embedding(10, 3)
+            self.out = Linear(3, 1)
+
+    net = Net()
+    opt = optim.Adam(paddle, net, 0.01)
+    assert [p.name for p in opt.parts["tables"]._parameter_list] == [net.table.weight.name]
+    assert {p.name for p in opt.parts["dense"]._parameter_list} == {
+        net.dense_table.weight.name, net.out.weight.name, net.out.bias.name}
+    with pytest.raises(RecrunnerError, match="parts"):
+        opt.set_state_dict({"dense": {}})
