@@ -5,20 +5,23 @@ import warnings
 from types import ModuleType
 
 
-def _mkl_cpu_type() -> str | None:
+def mkl_cpu_type(cpuinfo: str) -> str | None:
     """The MKL_DEBUG_CPU_TYPE that makes Paddle's bundled MKL use the widest vector code an AMD
     CPU runs (it picks its slow generic GEMM on AMD unless told): 7 = AVX-512, 5 = AVX2."""
+    if "AuthenticAMD" not in cpuinfo:
+        return None
+    flags = next((line.split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
+    if {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= set(flags):
+        return "7"  # MKL's AVX-512 kernels are Skylake-X's: they need all five
+    return "5" if "avx2" in flags else None
+
+
+def _cpuinfo() -> str:
     try:
         with open("/proc/cpuinfo") as f:
-            head = f.read(8192)
+            return f.read(8192)  # the first CPU's entry
     except OSError:
-        return None
-    if "AuthenticAMD" not in head:
-        return None
-    flags = next((line.split() for line in head.splitlines() if line.startswith("flags")), [])
-    if "avx512f" in flags and "avx512bw" in flags:
-        return "7"
-    return "5" if "avx2" in flags else None
+        return ""
 
 
 def import_paddle(threads: int | None = None, static: bool = False) -> ModuleType:
@@ -29,7 +32,7 @@ def import_paddle(threads: int | None = None, static: bool = False) -> ModuleTyp
         # Idle OpenMP threads sleep at once instead of spinning 200 ms: with another busy
         # process, 2 spinning threads trained 1.55x slower than 1; sleeping, as fast as 1.
         os.environ.setdefault("KMP_BLOCKTIME", "0")
-    cpu_type = _mkl_cpu_type()
+    cpu_type = mkl_cpu_type(_cpuinfo())
     if cpu_type:
         # GEMM on the 2-core EPYC (Zen 5): generic 56 GFLOP/s, AVX2 191, AVX-512 340.
         os.environ.setdefault("MKL_DEBUG_CPU_TYPE", cpu_type)
