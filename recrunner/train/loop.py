@@ -139,24 +139,29 @@ class Trainer:
                  metrics["mean_pred"], metrics["mean_label"])
 
     # --- training ----------------------------------------------------------------------
-    def train_epoch(self) -> None:
+    def train_step(self, batch: Batch) -> float:
+        """One optimizer step on `batch`; returns its mean loss."""
         import paddle.nn.functional as F
+
+        to_tensor = self.paddle.to_tensor
+        logits = self.model(to_tensor(batch.dense), to_tensor(batch.sparse))
+        loss = F.binary_cross_entropy_with_logits(logits, to_tensor(batch.label[:, None]))
+        loss.backward()
+        self.opt.step()
+        self.step += 1
+        self.train_examples += len(batch)
+        return float(loss)
+
+    def train_epoch(self) -> None:
         from tqdm import tqdm
 
         cfg = self.cfg.runner
         bar = tqdm(desc=f"epoch {self.epoch + 1}/{cfg.epochs}", unit="ex", unit_scale=True,
                    disable=not cfg.progress or not self.group.is_writer, mininterval=1.0)
-        to_tensor = self.paddle.to_tensor
         loss_sum, loss_n = 0.0, 0
         start = time.perf_counter()
         for batch in self.batches(self.cfg.dataset.train, cfg.batch_size):
-            logits = self.model(to_tensor(batch.dense), to_tensor(batch.sparse))
-            loss = F.binary_cross_entropy_with_logits(logits, to_tensor(batch.label[:, None]))
-            loss.backward()
-            self.opt.step()
-            self.step += 1
-            self.train_examples += len(batch)
-            loss_sum += float(loss)
+            loss_sum += self.train_step(batch)
             loss_n += 1
             bar.update(len(batch))
             if self.step % cfg.log_every_steps == 0:

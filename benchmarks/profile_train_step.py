@@ -1,0 +1,66 @@
+"""Where a training step's time goes: the trainer's own step on batches held in memory, timed
+and then under Paddle's profiler (the operator table, totals over the profiled steps).
+
+    python benchmarks/profile_train_step.py [--steps 50] [config overrides ...]
+
+e.g. `... model.fc_sizes=[256,128]` or `runner.threads=1`. The README's step breakdown comes
+from this script.
+"""
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from itertools import islice
+from pathlib import Path
+
+from recrunner.config.compose import load
+from recrunner.data.synth import generate
+from recrunner.train.loop import Trainer
+
+WARMUP = 20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("overrides", nargs="*")
+    opts = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load([f"runner.output_dir={tmp}/run", "runner.progress=false", *opts.overrides])
+        rows = (WARMUP + 2 * opts.steps) * cfg.runner.batch_size
+        train = Path(tmp, "train.tsv")
+        generate(train, rows, cfg.runner.seed, 0)
+        trainer = Trainer(cfg)
+        # Parsed up front: the step alone, without the data pipeline sharing the cores.
+        batches = list(islice(trainer.batches(str(train), cfg.runner.batch_size),
+                              WARMUP + 2 * opts.steps))
+        for batch in batches[:WARMUP]:
+            trainer.train_step(batch)
+
+        seconds = []
+        for batch in batches[WARMUP:WARMUP + opts.steps]:
+            start = time.perf_counter()
+            trainer.train_step(batch)
+            seconds.append(time.perf_counter() - start)
+        step = statistics.median(seconds)
+        print(json.dumps({"bench": "train_step", "batch_size": cfg.runner.batch_size,
+                          "threads": cfg.runner.threads, "median_step_ms": step * 1e3,
+                          "examples_per_sec": cfg.runner.batch_size / step}))
+
+        import paddle.profiler as profiler
+
+        prof = profiler.Profiler(targets=[profiler.ProfilerTarget.CPU],
+                                 on_trace_ready=lambda _: None)  # no trace files
+        prof.start()
+        for batch in batches[WARMUP + opts.steps:]:
+            trainer.train_step(batch)
+            prof.step()
+        prof.stop()
+        print(f"Paddle profiler, {opts.steps} steps (divide totals by {opts.steps} for ms/step):")
+        prof.summary(op_detail=False, views=[profiler.SummaryView.OperatorView])
+
+
+if __name__ == "__main__":
+    main()
