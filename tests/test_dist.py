@@ -66,8 +66,10 @@ def test_collective_uneven_shards_stay_in_lockstep(synth_data: dict[str, str],
                     + Path(synth_data["test"]).read_bytes().split(b"\n", 1)[0] + b"\n")
     proc = recrun("train", "mode=collective", f"dataset.train={odd}",
                   f"dataset.test={synth_data['test']}", *TRAIN, "runner.batch_size=10000",
-                  *run_dir_overrides(tmp_path / "run"))
-    assert proc.returncode == 0, proc.stderr
+                  *run_dir_overrides(tmp_path / "run"), "runner.target_auc=0.999")
+    # The target is judged once, after the job: no failed trainer, no restart.
+    assert proc.returncode == 3, proc.stderr
+    assert "below runner.target_auc=0.999" in proc.stderr.strip().splitlines()[-1]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["train_examples"] == 20_001
     status = read_status(tmp_path / "run")
@@ -115,8 +117,10 @@ def test_ps_async_resumes_from_its_checkpoint(synth_data: dict[str, str],
     first = recrun(*base, "runner.epochs=1")
     assert first.returncode == 0, first.stderr
     before = json.loads((run / "summary.json").read_text())["auc"]
-    second = recrun(*base, "runner.epochs=2", "runner.resume=true")
-    assert second.returncode == 0, second.stderr
+    # An unreachable target: the job still completes, then the command exits 3.
+    second = recrun(*base, "runner.epochs=2", "runner.resume=true", "runner.target_auc=0.999")
+    assert second.returncode == 3, second.stderr
+    assert "below runner.target_auc=0.999" in second.stderr.strip().splitlines()[-1]
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [x["epoch"] for x in lines] == [1, 2]
     summary = json.loads((run / "summary.json").read_text())

@@ -13,6 +13,7 @@ KEYS = ["dataset.train", "dataset.test", "dataset.format", "dataset.on_error", "
 
 def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     from recrunner.data.prepare import ensure_dataset
+    from recrunner.dist.roles import in_fleet_job
     from recrunner.train.loop import Trainer
 
     if str(cfg.mode.name) != "local":
@@ -24,7 +25,22 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
         summary = Trainer(cfg).run()
     print(json.dumps({k: summary[k] for k in ("auc", "logloss", "examples_per_sec", "epochs",
                                               "export_dir")}))
+    # A fleet job's own processes finish cleanly; the launcher judges the job.
+    if str(cfg.mode.name) == "local" or not in_fleet_job():
+        check_target(cfg, summary["auc"])
     return 0
+
+
+def check_target(cfg: RootConfig, auc: float) -> None:
+    """runner.target_auc not reached: exit 3 once the run (checkpoints, export) is complete,
+    so that a pipeline step can retry with runner.resume=true."""
+    from recrunner.errors import TargetNotReached
+
+    target = cfg.runner.target_auc
+    if target is not None and not auc >= target:
+        raise TargetNotReached(
+            f"final AUC {auc:.5f} is below runner.target_auc={target}; train longer with "
+            f"runner.resume=true runner.epochs={cfg.runner.epochs + 1}")
 
 
 def run_fleet(cfg: RootConfig) -> dict | None:
