@@ -10,9 +10,8 @@ import numpy as np
 from recrunner.config.schema import RootConfig
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import iter_examples, prefetch, rebatch
-from recrunner.data.synth import truth_path
 from recrunner.errors import RecrunnerError
-from recrunner.train.metrics import evaluate_predictions
+from recrunner.train.metrics import evaluate_test_set
 
 KEYS = ["dataset.test", "dataset.format", "runner.output_dir", "runner.eval_batch_size"]
 
@@ -39,9 +38,7 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
             probs.append(model.predict(batch.dense, batch.sparse))
         labels, probs = np.concatenate(labels), np.concatenate(probs)
     seconds = time.perf_counter() - start
-    truth_file = truth_path(cfg.dataset.test)
-    metrics = evaluate_predictions(labels, probs,
-                                   np.load(truth_file) if truth_file.is_file() else None)
+    metrics = evaluate_test_set(cfg.dataset.test, labels, probs)
     metrics["examples_per_sec"] = len(labels) / max(seconds, 1e-9)
     metrics["skipped_rows"] = errors.count
     print(json.dumps(metrics))

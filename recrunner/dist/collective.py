@@ -127,10 +127,11 @@ class CollectiveTrainer(Trainer):
     def train_epoch(self) -> None:
         # Keep train_examples a job-wide count (checkpoints and the summary report it): each
         # rank's own rows, the tail that all ranks shared counted once.
-        before, self.shared_examples = self.train_examples, 0
+        progress = self.progress
+        before, self.shared_examples = progress.train_examples, 0
         super().train_epoch()
-        mine = self.train_examples - before - self.shared_examples
-        self.train_examples = before + int(round(self.group.sum(mine))) + self.shared_examples
+        mine = progress.train_examples - before - self.shared_examples
+        progress.train_examples = before + int(round(self.group.sum(mine))) + self.shared_examples
 
 
 def run_collective(cfg: RootConfig, role: Role) -> dict[str, Any]:

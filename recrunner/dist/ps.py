@@ -23,12 +23,12 @@ import numpy as np
 from recrunner.config.schema import RootConfig
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import Shard, iter_examples, rebatch, unshard
-from recrunner.data.synth import truth_path
 from recrunner.data.transform import NUM_DENSE, NUM_SPARSE
 from recrunner.dist.roles import DistError, Role, check_port_free, wait_for_port
 from recrunner.train import checkpoint
 from recrunner.train.loop import build_net, model_fingerprint, preprocessor_for
-from recrunner.train.metrics import evaluate_predictions
+from recrunner.train.metrics import evaluate_test_set
+from recrunner.train.progress import Progress
 
 log = logging.getLogger("recrunner.dist")
 TABLE = "sparse_embedding_table"
@@ -150,8 +150,7 @@ class PsJob:
         self.pre = preprocessor_for(cfg)
         self.errors = RowErrors(str(cfg.dataset.on_error), cfg.dataset.max_logged_errors)
         self.exchange = self.out / "dist" / "exchange"
-        self.epoch = self.step = self.train_examples = 0
-        self.train_seconds = 0.0
+        self.progress = Progress()
 
     # --- trainers' collective operations, through gloo barriers and the run directory ----
     def barrier(self) -> None:
@@ -216,11 +215,12 @@ class PsJob:
         seconds = time.perf_counter() - start
         self.barrier()  # every push of the epoch has been sent
         parts = self.gather("epoch", {"rows": np.array([rows]), "sec": np.array([seconds])})
-        self.train_examples += int(sum(int(p["rows"][0]) for p in parts))
+        progress = self.progress
+        progress.train_examples += int(sum(int(p["rows"][0]) for p in parts))
         # The job's wall time: the slowest trainer's.
-        self.train_seconds += max(float(p["sec"][0]) for p in parts)
-        self.step += math.ceil(rows / self.cfg.runner.batch_size)
-        self.epoch += 1
+        progress.train_seconds += max(float(p["sec"][0]) for p in parts)
+        progress.step += math.ceil(rows / self.cfg.runner.batch_size)
+        progress.epoch += 1
 
     def infer(self, fetch: Any, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
         """One forward pass of the pruned program (rows pulled from the servers)."""
@@ -255,9 +255,7 @@ class PsJob:
         parts = self.gather("eval", {"label": labels, "prob": probs})
         all_labels = unshard([p["label"] for p in parts], self.cfg.dataset.test)
         all_probs = unshard([p["prob"] for p in parts], self.cfg.dataset.test)
-        truth_file = truth_path(self.cfg.dataset.test)
-        truth = np.load(truth_file) if truth_file.is_file() else None
-        metrics = evaluate_predictions(all_labels, all_probs, truth)
+        metrics = evaluate_test_set(self.cfg.dataset.test, all_labels, all_probs)
         metrics["eval_examples_per_sec"] = len(all_labels) / max(seconds, 1e-9)
         if self.is_writer:
             np.savez(self.out / "dist" / "eval_predictions.npz", label=all_labels,
@@ -266,11 +264,8 @@ class PsJob:
 
     def record(self, metrics: dict[str, Any]) -> None:
         if self.is_writer:
-            row = {"epoch": self.epoch, "step": self.step, "trigger": "epoch",
-                   "train_examples": self.train_examples, **metrics}
-            with open(self.out / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(row) + "\n")
-        log.info("epoch %d: auc=%.5f logloss=%.5f", self.epoch, metrics["auc"],
+            self.progress.record(self.out, metrics)
+        log.info("epoch %d: auc=%.5f logloss=%.5f", self.progress.epoch, metrics["auc"],
                  metrics["logloss"])
 
     # --- the model as a dygraph Net ----------------------------------------------------
@@ -302,16 +297,15 @@ class PsJob:
         """Numbered checkpoint: the Net (for eval/export, as mode=local) and the servers'
         tables with their optimizer states (for resume), beside it as <epoch>.ps/."""
         root = checkpoint.checkpoint_root(self.out)
-        ps_dir = root / f"{self.epoch}.ps"
+        ps_dir = root / f"{self.progress.epoch}.ps"
         if self.is_writer:
             root.mkdir(parents=True, exist_ok=True)
         self.barrier()
         self.fleet.save_persistables(self.exe, str(ps_dir))  # barriers inside
         if self.is_writer:
             # numpy arrays: paddle.load gives them back and Net.set_state_dict takes them.
-            path = checkpoint.save(self.out, self.epoch, self.net_state(), {}, {
-                "step": self.step, "train_seconds": self.train_seconds,
-                "train_examples": self.train_examples,
+            path = checkpoint.save(self.out, self.progress.epoch, self.net_state(), {}, {
+                **self.progress.checkpoint_state(),
                 "fingerprint": model_fingerprint(self.cfg), "ps_tables": ps_dir.name,
                 "mode": "ps"})
             log.info("checkpoint %s", path)
@@ -329,21 +323,15 @@ class PsJob:
                             f"({ps_dir}); it was not written by mode=ps")
         self.fleet.load_model(str(ps_dir), mode=0)  # servers load tables + optimizer states
         self.pull_dense()
-        self.epoch, self.step = ckpt.epoch, ckpt.state["step"]
-        self.train_seconds = ckpt.state.get("train_seconds", 0.0)
-        self.train_examples = ckpt.state.get("train_examples", 0)
-        log.info("resumed from %s (epoch %d)", ckpt.path, self.epoch)
+        self.progress.resume(ckpt)
+        log.info("resumed from %s (epoch %d)", ckpt.path, ckpt.epoch)
 
     def finish(self, metrics: dict[str, Any]) -> dict[str, Any]:
         export_dir = self.out / "export"
-        summary = {
-            **metrics, "epochs": self.epoch, "steps": self.step,
-            "train_examples": self.train_examples,
-            "examples_per_sec": self.train_examples / max(self.train_seconds, 1e-9),
-            "skipped_rows": self.errors.count, "export_dir": str(export_dir), "mode": "ps",
-            "world_size": self.world, "servers": len(self.role.servers),
-            "sync_mode": self.cfg.mode.sync_mode,
-        }
+        summary = self.progress.summary(
+            metrics, skipped_rows=self.errors.count, export_dir=str(export_dir), mode="ps",
+            world_size=self.world, servers=len(self.role.servers),
+            sync_mode=self.cfg.mode.sync_mode)
         if self.is_writer:
             from recrunner.config.compose import to_yaml
             from recrunner.dist import rebuild
@@ -363,7 +351,7 @@ class PsJob:
         self.restore()
         files, rows = self.convert()
         metrics: dict[str, Any] | None = None
-        while self.epoch < cfg.epochs:
+        while self.progress.epoch < cfg.epochs:
             self.train_epoch(files, rows)
             metrics = self.evaluate()
             self.record(metrics)

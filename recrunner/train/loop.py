@@ -14,14 +14,14 @@ from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import iter_examples, prefetch, rebatch
-from recrunner.data.synth import truth_path
 from recrunner.data.transform import NUM_DENSE, NUM_SPARSE, Preprocessor
 from recrunner.export import save_export
 from recrunner.models import load_net_class
 from recrunner.runtime import import_paddle
 from recrunner.train import checkpoint, optim
 from recrunner.train.dist import LocalGroup
-from recrunner.train.metrics import evaluate_predictions
+from recrunner.train.metrics import evaluate_test_set
+from recrunner.train.progress import Progress
 
 log = logging.getLogger("recrunner.train")
 
@@ -72,10 +72,7 @@ class Trainer:
         self.net = build_net(cfg)
         self.model = self.group.wrap(self.net)
         self.opt = optim.Adam(self.paddle, self.net, cfg.runner.learning_rate)
-        self.epoch = 0
-        self.step = 0
-        self.train_seconds = 0.0
-        self.train_examples = 0
+        self.progress = Progress()
 
     # --- state -------------------------------------------------------------------------
     def restore(self) -> None:
@@ -88,18 +85,15 @@ class Trainer:
         model_state, opt_state = checkpoint.load(ckpt)
         self.net.set_state_dict(model_state)
         self.opt.set_state_dict(opt_state)
-        self.epoch, self.step = ckpt.epoch, ckpt.state["step"]
-        self.train_seconds = ckpt.state.get("train_seconds", 0.0)
-        self.train_examples = ckpt.state.get("train_examples", 0)
-        log.info("resumed from %s (epoch %d, step %d)", ckpt.path, self.epoch, self.step)
+        self.progress.resume(ckpt)
+        log.info("resumed from %s (epoch %d, step %d)", ckpt.path, ckpt.epoch,
+                 self.progress.step)
 
     def save_checkpoint(self) -> None:
         if self.group.is_writer:
-            path = checkpoint.save(self.out, self.epoch, self.net.state_dict(),
+            path = checkpoint.save(self.out, self.progress.epoch, self.net.state_dict(),
                                    self.opt.state_dict(), {
-                                       "step": self.step,
-                                       "train_seconds": self.train_seconds,
-                                       "train_examples": self.train_examples,
+                                       **self.progress.checkpoint_state(),
                                        "fingerprint": model_fingerprint(self.cfg),
                                    })
             log.info("checkpoint %s", path)
@@ -119,22 +113,16 @@ class Trainer:
         seconds = time.perf_counter() - start
         test = self.cfg.dataset.test
         labels, probs = self.group.gather_rows(labels, test), self.group.gather_rows(probs, test)
-        truth_file = truth_path(self.cfg.dataset.test)
-        truth = np.load(truth_file) if truth_file.is_file() else None
-        metrics = evaluate_predictions(labels, probs, truth)
+        metrics = evaluate_test_set(test, labels, probs)
         metrics["eval_examples_per_sec"] = self.group.sum(len(labels) / self.group.world) / max(
             seconds, 1e-9)
         return metrics
 
     def record(self, metrics: dict[str, Any], trigger: str = "epoch") -> None:
-        """Append a metrics.jsonl line; `epoch` counts completed epochs."""
-        row = {"epoch": self.epoch, "step": self.step, "trigger": trigger,
-               "train_examples": self.train_examples, **metrics}
         if self.group.is_writer:
-            with open(self.out / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(row) + "\n")
+            self.progress.record(self.out, metrics, trigger)
         log.info("epoch %d step %d: auc=%.5f logloss=%.5f mean_pred=%.4f mean_label=%.4f",
-                 self.epoch, self.step, metrics["auc"], metrics["logloss"],
+                 self.progress.epoch, self.progress.step, metrics["auc"], metrics["logloss"],
                  metrics["mean_pred"], metrics["mean_label"])
 
     # --- training ----------------------------------------------------------------------
@@ -147,15 +135,16 @@ class Trainer:
         loss = F.binary_cross_entropy_with_logits(logits, to_tensor(batch.label[:, None]))
         loss.backward()
         self.opt.step()
-        self.step += 1
-        self.train_examples += len(batch)
+        self.progress.step += 1
+        self.progress.train_examples += len(batch)
         return float(loss)
 
     def train_epoch(self) -> None:
         from tqdm import tqdm
 
         cfg = self.cfg.runner
-        bar = tqdm(desc=f"epoch {self.epoch + 1}/{cfg.epochs}", unit="ex", unit_scale=True,
+        progress = self.progress
+        bar = tqdm(desc=f"epoch {progress.epoch + 1}/{cfg.epochs}", unit="ex", unit_scale=True,
                    disable=not cfg.progress or not self.group.is_writer, mininterval=1.0)
         loss_sum, loss_n = 0.0, 0
         start = time.perf_counter()
@@ -163,23 +152,23 @@ class Trainer:
             loss_sum += self.train_step(batch)
             loss_n += 1
             bar.update(len(batch))
-            if self.step % cfg.log_every_steps == 0:
+            if progress.step % cfg.log_every_steps == 0:
                 bar.set_postfix(loss=f"{loss_sum / loss_n:.4f}")
                 loss_sum, loss_n = 0.0, 0
-            if cfg.eval_steps and self.step % cfg.eval_steps == 0:
-                self.train_seconds += time.perf_counter() - start
+            if cfg.eval_steps and progress.step % cfg.eval_steps == 0:
+                progress.train_seconds += time.perf_counter() - start
                 self.record(self.evaluate(), trigger="eval_steps")
                 start = time.perf_counter()
-        self.train_seconds += time.perf_counter() - start
+        progress.train_seconds += time.perf_counter() - start
         bar.close()
-        self.epoch += 1
+        progress.epoch += 1
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg.runner
         self.out.mkdir(parents=True, exist_ok=True)
         self.restore()
         metrics: dict[str, Any] | None = None
-        while self.epoch < cfg.epochs:
+        while self.progress.epoch < cfg.epochs:
             self.train_epoch()
             metrics = self.evaluate()
             self.record(metrics)
@@ -190,21 +179,13 @@ class Trainer:
 
     def finish(self, metrics: dict[str, Any]) -> dict[str, Any]:
         export_dir = self.out / "export"
-        summary = {
-            **metrics,
-            "epochs": self.epoch,
-            "steps": self.step,
-            "train_examples": self.train_examples,
-            "examples_per_sec": self.train_examples / max(self.train_seconds, 1e-9),
-            "skipped_rows": self.errors.count,
-            "export_dir": str(export_dir),
-            "mode": str(self.cfg.mode.name),
-            "world_size": self.group.world,
-        }
+        summary = self.progress.summary(
+            metrics, skipped_rows=self.errors.count, export_dir=str(export_dir),
+            mode=str(self.cfg.mode.name), world_size=self.group.world)
         if self.group.is_writer:
             save_export(self.net, export_dir, self.pre, str(self.cfg.dataset.format),
                         self.cfg.model.name, {"metrics": metrics})
             (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
-            log.info("export %s; %.0f examples/s", export_dir, summary["examples_per_sec"])
+            log.info("export %s; %.0f examples/s", export_dir, self.progress.examples_per_sec())
         self.group.barrier()
         return summary

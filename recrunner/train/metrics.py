@@ -44,3 +44,13 @@ def evaluate_predictions(labels: np.ndarray, probs: np.ndarray,
         out["truth_mae"] = float(np.abs(np.asarray(probs).ravel() - truth).mean())
         out["truth_corr"] = float(np.corrcoef(np.asarray(probs).ravel(), truth)[0, 1])
     return out
+
+
+def evaluate_test_set(test_spec: str, labels: np.ndarray, probs: np.ndarray) -> dict[str, float]:
+    """evaluate_predictions, with the generator's true probabilities when `test_spec` is
+    generated data that has them."""
+    from recrunner.data.synth import truth_path
+
+    truth_file = truth_path(test_spec)
+    return evaluate_predictions(labels, probs,
+                                np.load(truth_file) if truth_file.is_file() else None)

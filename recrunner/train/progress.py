@@ -1,0 +1,42 @@
+"""How far a run got, and the run-directory records made from it, whichever engine trains
+(the dygraph Trainer, or the static-graph parameter-server job)."""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recrunner.train.checkpoint import Checkpoint
+
+
+@dataclass
+class Progress:
+    epoch: int = 0  # completed epochs
+    step: int = 0
+    train_examples: int = 0
+    train_seconds: float = 0.0
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return {"step": self.step, "train_seconds": self.train_seconds,
+                "train_examples": self.train_examples}
+
+    def resume(self, ckpt: Checkpoint) -> None:
+        self.epoch, self.step = ckpt.epoch, ckpt.state["step"]
+        self.train_seconds = ckpt.state.get("train_seconds", 0.0)
+        self.train_examples = ckpt.state.get("train_examples", 0)
+
+    def examples_per_sec(self) -> float:
+        return self.train_examples / max(self.train_seconds, 1e-9)
+
+    def record(self, out: Path, metrics: dict[str, Any], trigger: str = "epoch") -> None:
+        """Append one evaluation's line to metrics.jsonl."""
+        row = {"epoch": self.epoch, "step": self.step, "trigger": trigger,
+               "train_examples": self.train_examples, **metrics}
+        with open(out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def summary(self, metrics: dict[str, Any], **fields: Any) -> dict[str, Any]:
+        """summary.json's content: the final metrics, the progress and the engine's `fields`."""
+        return {**metrics, "epochs": self.epoch, "steps": self.step,
+                "train_examples": self.train_examples,
+                "examples_per_sec": self.examples_per_sec(), **fields}
