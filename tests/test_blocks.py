@@ -78,3 +78,35 @@ def test_adam_splits_sparse_tables_from_dense_parameters() -> None:
         net.dense_table.weight.name, net.out.weight.name, net.out.bias.name}
     with pytest.raises(RecrunnerError, match="parts"):
         opt.set_state_dict({"dense": {}})
+
+
+def test_linear_training_path_in_a_static_graph_matches_nn_linear() -> None:
+    """mode=ps builds the net in a static graph, with a batch size known only when run."""
+    paddle.enable_static()
+    try:
+        rng = np.random.default_rng(0)
+        weight = rng.random((7, 5), dtype=np.float32)
+        feed = {"x": rng.random((6, 7), dtype=np.float32)}
+        results = []
+        for cls in (Linear, paddle.nn.Linear):
+            main, startup = paddle.static.Program(), paddle.static.Program()
+            with paddle.static.program_guard(main, startup):
+                x = paddle.static.data("x", [-1, 7], "float32")
+                layer = cls(7, 5, weight_attr=paddle.ParamAttr(
+                    initializer=paddle.nn.initializer.Assign(weight)), bias_attr=paddle.ParamAttr(
+                    initializer=paddle.nn.initializer.Constant(0.5)))
+                layer.train()
+                out = layer(x)
+                weights = paddle.arange(5, dtype="float32")
+                loss = (out * weights).sum()
+                grads = paddle.static.gradients([loss], [layer.weight, layer.bias])
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            exe.run(startup)
+            results.append(exe.run(main, feed=feed, fetch_list=[out, *grads]))
+    finally:
+        paddle.disable_static()
+    fast, plain = results
+    np.testing.assert_allclose(fast[0], feed["x"] @ weight + 0.5, rtol=1e-5)
+    for a, b in zip(fast, plain, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(fast[2], 6 * np.arange(5), rtol=1e-6)  # 6 rows x loss weights
