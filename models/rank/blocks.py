@@ -1,9 +1,10 @@
 """Building blocks the rank models share.
 
-Two of them work around slow CPU gradients in Paddle 3.0 (measured on the 2-core CI machine,
-batch 512): the gradient of a broadcast bias add took ~2.5 ms for a 512-wide layer and that of
-slicing the [B, fields, dim + 1] lookup ~3 ms, together over a third of a W&D training step.
-Expressed as matmuls, the same gradients take ~0.3 ms each.
+Their training paths work around slow CPU kernels of Paddle 3.0 (measured on the 2-core CI
+machine, batch 512; tests/test_blocks.py checks each computes what the plain layer does): the
+gradient of a broadcast bias add took ~2.5 ms for a 512-wide layer and that of slicing the
+[B, fields, dim + 1] lookup ~3 ms, together over a third of a W&D step; as matmuls they take
+~0.3 ms each. Evaluation and export run the plain layers.
 """
 
 import math
@@ -52,7 +53,7 @@ class Linear(nn.Linear):
     """nn.Linear (same parameters) whose training-time bias gradient is a matmul."""
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
-        if not self.training:
+        if not self.training or self.bias is None:
             return super().forward(x)
         # ones @ bias broadcasts the bias; its gradient ones^T @ grad is one fast GEMV. Also
         # in mode=ps's static graph (whose batch size is known only when run): +12% there.
