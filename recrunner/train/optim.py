@@ -15,7 +15,7 @@ class Adam:
         tables = [layer.weight for layer in net.sublayers()
                   if isinstance(layer, paddle.nn.Embedding) and layer._sparse]
         dense = [p for p in net.parameters() if all(p is not t for t in tables)]
-        self.parts = {}
+        self.parts: dict[str, Any] = {}
         if tables:
             self.parts["tables"] = paddle.optimizer.Adam(
                 learning_rate=learning_rate, parameters=tables, lazy_mode=True)
@@ -24,6 +24,7 @@ class Adam:
                 learning_rate=learning_rate, parameters=dense, use_multi_tensor=True)
 
     def step(self) -> None:
+        """Apply the gradients, then clear them for the next backward pass."""
         for opt in self.parts.values():
             opt.step()
             opt.clear_grad()
