@@ -205,6 +205,6 @@ def test_killed_trainer_without_restarts_fails_in_bounded_time(synth_data: dict[
     assert f"trainer 1 (pid {victim}) died" in err and "workerlog.1" in err
     assert "runner.resume=true" in err
     # Nothing of the job is left running.
-    from recrunner.dist.status import pid_alive
+    from recrunner.fleet.status import pid_alive
 
     assert not any(pid_alive(s["pid"]) for s in read_status(run).values())

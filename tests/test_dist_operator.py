@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from recrunner.config.compose import load, to_yaml
-from recrunner.dist.roles import DistError, free_ports, role_from_env
+from recrunner.fleet.roles import DistError, free_ports, role_from_env
 from tests.conftest import SMALL_MODEL, data_overrides
 
 TRAIN = [*SMALL_MODEL, "runner.learning_rate=0.01", "runner.batch_size=256", "runner.epochs=1",
@@ -128,7 +128,7 @@ def test_bad_endpoint_lists_are_one_line_errors() -> None:
 def test_port_clash_is_a_one_line_error() -> None:
     import socket
 
-    from recrunner.dist.roles import check_port_free
+    from recrunner.fleet.roles import check_port_free
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

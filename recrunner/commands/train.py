@@ -13,7 +13,7 @@ KEYS = ["dataset.train", "dataset.test", "dataset.format", "dataset.on_error", "
 
 def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     from recrunner.data.prepare import ensure_dataset
-    from recrunner.dist.roles import in_fleet_job
+    from recrunner.fleet.roles import in_fleet_job
     from recrunner.train.loop import Trainer
 
     if str(cfg.mode.name) != "local":
@@ -50,13 +50,13 @@ def run_fleet(cfg: RootConfig) -> dict | None:
     Operator's in a pod); without one this process is the launcher.
     """
     from recrunner.data.prepare import ensure_dataset
-    from recrunner.dist.roles import in_fleet_job
+    from recrunner.fleet.roles import in_fleet_job
 
     if in_fleet_job():
-        from recrunner.dist.worker import run_worker
+        from recrunner.fleet.worker import run_worker
 
         return run_worker(cfg)
-    from recrunner.dist.launcher import launch
+    from recrunner.fleet.launcher import launch
 
     ensure_dataset(cfg.dataset)
     return launch(cfg)

@@ -19,7 +19,7 @@ from recrunner.export import save_export
 from recrunner.models import load_net_class
 from recrunner.runtime import import_paddle
 from recrunner.train import checkpoint, optim
-from recrunner.train.dist import LocalGroup
+from recrunner.train.group import LocalGroup
 from recrunner.train.metrics import evaluate_test_set
 from recrunner.train.progress import Progress
 

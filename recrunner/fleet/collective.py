@@ -10,11 +10,11 @@ import numpy as np
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.reader import unshard
-from recrunner.dist.roles import Role, check_port_free
-from recrunner.train.dist import LocalGroup
+from recrunner.fleet.roles import Role, check_port_free
+from recrunner.train.group import LocalGroup
 from recrunner.train.loop import Trainer
 
-log = logging.getLogger("recrunner.dist")
+log = logging.getLogger("recrunner.fleet")
 
 
 class CollectiveGroup(LocalGroup):
@@ -137,7 +137,7 @@ class CollectiveTrainer(Trainer):
 def run_collective(cfg: RootConfig, role: Role) -> dict[str, Any]:
     import os
 
-    from recrunner.dist.worker import StartupWatchdog, fail_status
+    from recrunner.fleet.worker import StartupWatchdog, fail_status
     from recrunner.runtime import import_paddle
 
     paddle = import_paddle(cfg.runner.threads)

@@ -16,8 +16,8 @@ from typing import Any
 
 from recrunner.config.compose import to_yaml
 from recrunner.config.schema import RootConfig
-from recrunner.dist import status
-from recrunner.dist.roles import DistError, free_ports
+from recrunner.fleet import status
+from recrunner.fleet.roles import DistError, free_ports
 from recrunner.train import checkpoint
 
 POLL_S = 0.1
@@ -190,7 +190,7 @@ def stop(proc: subprocess.Popen, out: Path) -> None:
 
 def launch(cfg: RootConfig) -> dict[str, Any]:
     """Run the job to completion (restarting it as configured); the writer's summary."""
-    from recrunner.dist.ps import check_resumable, check_sync_mode
+    from recrunner.fleet.ps import check_resumable, check_sync_mode
 
     check_sync_mode(cfg)
     out = Path(cfg.runner.output_dir).resolve()

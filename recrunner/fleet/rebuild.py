@@ -1,7 +1,7 @@
 """Build the export of a PS-trained model: the model zoo's dygraph Net filled with the
 servers' values, saved by recrunner.export.save_export exactly like a local export.
 
-Runs as its own process (`python -m recrunner.dist.rebuild RUN_DIR`): the PS trainer runs
+Runs as its own process (`python -m recrunner.fleet.rebuild RUN_DIR`): the PS trainer runs
 with FLAGS_enable_pir_api=0, under which paddle.jit.save writes the legacy .pdmodel format
 instead of the model.json that local exports (and `recrun serve`) use.
 """
@@ -42,10 +42,10 @@ def rebuild_in_subprocess(run_dir: Path, timeout_s: float) -> None:
     env = {k: v for k, v in os.environ.items() if k != "FLAGS_enable_pir_api"}
     for var in ("TRAINING_ROLE", "PADDLE_TRAINING_ROLE", "PADDLE_ROLE"):
         env.pop(var, None)
-    proc = subprocess.run([sys.executable, "-m", "recrunner.dist.rebuild", str(run_dir)],
+    proc = subprocess.run([sys.executable, "-m", "recrunner.fleet.rebuild", str(run_dir)],
                           env=env, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
-        from recrunner.dist.roles import DistError
+        from recrunner.fleet.roles import DistError
 
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise DistError(f"building the export from the PS tables failed: {tail}")

@@ -8,7 +8,7 @@ from recrunner.data.reader import Shard
 class LocalGroup:
     """A single process: it reads everything and writes everything.
 
-    recrunner.dist.collective.CollectiveGroup implements the same hooks over
+    recrunner.fleet.collective.CollectiveGroup implements the same hooks over
     paddle.distributed (rank, world, DataParallel, all_gather, barrier, all_reduce).
     """
 

@@ -24,13 +24,13 @@ from recrunner.config.schema import RootConfig
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import Shard, iter_examples, rebatch, unshard
 from recrunner.data.transform import NUM_DENSE, NUM_SPARSE
-from recrunner.dist.roles import DistError, Role, check_port_free, wait_for_port
+from recrunner.fleet.roles import DistError, Role, check_port_free, wait_for_port
 from recrunner.train import checkpoint
 from recrunner.train.loop import build_net, model_fingerprint, preprocessor_for
 from recrunner.train.metrics import evaluate_test_set
 from recrunner.train.progress import Progress
 
-log = logging.getLogger("recrunner.dist")
+log = logging.getLogger("recrunner.fleet")
 TABLE = "sparse_embedding_table"
 IDS_CHUNK = 100_000
 INFER_PREFIX = "infer_"  # ids per lookup when reading the whole table back
@@ -186,7 +186,7 @@ class PsJob:
 
     # --- data --------------------------------------------------------------------------
     def convert(self) -> tuple[list[str], int]:
-        from recrunner.dist.slots import convert_shard
+        from recrunner.fleet.slots import convert_shard
 
         shard_dir = self.out / "dist" / "slots" / f"train-{self.rank}-of-{self.world}"
         start = time.perf_counter()
@@ -334,7 +334,7 @@ class PsJob:
             sync_mode=self.cfg.mode.sync_mode)
         if self.is_writer:
             from recrunner.config.compose import to_yaml
-            from recrunner.dist import rebuild
+            from recrunner.fleet import rebuild
 
             dist = self.out / "dist"
             self.paddle.save(self.net_state(), str(dist / rebuild.STATE))
@@ -363,7 +363,7 @@ class PsJob:
 
 def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     check_sync_mode(cfg)
-    from recrunner.dist.worker import StartupWatchdog, fail_status
+    from recrunner.fleet.worker import StartupWatchdog, fail_status
     from recrunner.runtime import import_paddle
 
     paddle = import_paddle(cfg.runner.threads, static=True)

@@ -8,11 +8,11 @@ import threading
 from typing import Any
 
 from recrunner.config.schema import RootConfig
-from recrunner.dist import status
-from recrunner.dist.roles import DistError, Role, prepare_env, role_from_env
+from recrunner.fleet import status
+from recrunner.fleet.roles import DistError, Role, prepare_env, role_from_env
 from recrunner.errors import RecrunnerError, one_line
 
-log = logging.getLogger("recrunner.dist")
+log = logging.getLogger("recrunner.fleet")
 
 
 class StartupWatchdog:
@@ -53,11 +53,11 @@ def run_worker(cfg: RootConfig) -> dict[str, Any] | None:
                         force=True)  # paddle's import may have configured the root logger
     try:
         if mode == "collective":
-            from recrunner.dist.collective import run_collective
+            from recrunner.fleet.collective import run_collective
 
             summary = run_collective(cfg, role)
         else:
-            from recrunner.dist.ps import run_ps
+            from recrunner.fleet.ps import run_ps
 
             summary = run_ps(cfg, role)
     except RecrunnerError as exc:
