@@ -32,13 +32,13 @@ def free_port() -> int:
 def make_model(root: Path) -> tuple[Path, Path]:
     from recrunner.config.compose import load
     from recrunner.data.synth import generate
-    from recrunner.train.loop import Trainer
+    from recrunner.train.driver import train_local
 
     generate(root / "train.tsv", 50_000, 7, 0)
     generate(root / "test.tsv", 20_000, 7, 1)
     cfg = load([f"dataset.train={root / 'train.tsv'}", f"dataset.test={root / 'test.tsv'}",
                 "runner.epochs=1", f"runner.output_dir={root / 'run'}", "runner.progress=false"])
-    Trainer(cfg).run()
+    train_local(cfg)
     return root / "run" / "export", root / "test.tsv"
 
 

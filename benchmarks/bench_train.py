@@ -16,7 +16,8 @@ from recrunner.config.compose import load
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import iter_examples
 from recrunner.data.synth import generate
-from recrunner.train.loop import Trainer, preprocessor_for
+from recrunner.train.build import preprocessor_for
+from recrunner.train.driver import train_local
 
 
 def peak_rss_mib() -> float:
@@ -50,7 +51,7 @@ def main() -> None:
         print(json.dumps({"bench": "parse_criteo_tsv", "rows": rows, "rows_per_sec": best,
                           "bytes_per_row": train.stat().st_size / rows}))
 
-        summary = Trainer(cfg).run()
+        summary = train_local(cfg)
         print(json.dumps({"bench": "train_wide_deep", "batch_size": opts.batch_size,
                           "threads": cfg.runner.threads, "examples": summary["train_examples"],
                           "examples_per_sec": summary["examples_per_sec"],

@@ -16,8 +16,11 @@ from itertools import islice
 from pathlib import Path
 
 from recrunner.config.compose import load
+from recrunner.data.reader import Shard
 from recrunner.data.synth import generate
-from recrunner.train.loop import Trainer
+from recrunner.train.dygraph import DygraphEngine
+from recrunner.train.group import LocalGroup
+from recrunner.train.reading import Reader
 
 WARMUP = 20
 
@@ -32,9 +35,10 @@ def main() -> None:
         rows = (WARMUP + 2 * opts.steps) * cfg.runner.batch_size
         train = Path(tmp, "train.tsv")
         generate(train, rows, cfg.runner.seed, 0)
-        trainer = Trainer(cfg)
+        reader = Reader(cfg, Shard())
+        trainer = DygraphEngine(cfg, LocalGroup(), reader)
         # Parsed up front: the step alone, without the data pipeline sharing the cores.
-        batches = list(islice(trainer.batches(str(train), cfg.runner.batch_size),
+        batches = list(islice(reader.batches(str(train), cfg.runner.batch_size),
                               WARMUP + 2 * opts.steps))
         for batch in batches[:WARMUP]:
             trainer.train_step(batch)

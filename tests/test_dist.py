@@ -104,7 +104,7 @@ def test_ps_trains_and_exports(synth_data: dict[str, str], tmp_path: Path) -> No
     test = Batch.concat(list(iter_examples(ds, ds.test, model.preprocessor,
                                            RowErrors("fail", 5))))
     probs = model.predict(test.dense, test.sparse)
-    trainers = np.load(run / "dist" / "eval_predictions.npz")
+    trainers = np.load(run / "predictions.npz")
     np.testing.assert_array_equal(trainers["label"], test.label)  # same rows, same order
     assert np.abs(probs - trainers["prob"]).max() < 1e-4
     assert abs(auc(test.label, probs) - summary["auc"]) < 1e-4

@@ -35,12 +35,12 @@ ATOL = 1e-5  # the engine may be ONNX Runtime: equal to paddle.inference within 
 
 @pytest.fixture(scope="session")
 def export_dir(tmp_path_factory: pytest.TempPathFactory, synth_data: dict[str, str]) -> Path:
-    from recrunner.train.loop import Trainer
+    from recrunner.train.driver import train_local
 
     out = tmp_path_factory.mktemp("serve_run")
     cfg = load([*SMALL_MODEL, *data_overrides(synth_data), "runner.epochs=1",
                 f"runner.output_dir={out}"])
-    Trainer(cfg).run()
+    train_local(cfg)
     return out / "export"
 
 

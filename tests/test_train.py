@@ -58,14 +58,15 @@ def test_export_matches_checkpoint_in_paddle_inference(trained: Path, synth_data
     from recrunner.data.errors import RowErrors
     from recrunner.data.reader import iter_examples
     from recrunner.export import load_export
-    from recrunner.train.loop import build_net, predict_batches, preprocessor_for
+    from recrunner.train.build import build_net, net_predictor, preprocessor_for
 
     cfg = load([f"runner.output_dir={trained}", *SMALL_MODEL, *data_overrides(synth_data)])
     batch = next(iter_examples(cfg.dataset, cfg.dataset.test, preprocessor_for(cfg), RowErrors()))
     exported = load_export(trained / "export").predict(batch.dense, batch.sparse)
     net = build_net(cfg)
     net.set_state_dict(checkpoint.load(checkpoint.latest(trained))[0])
-    _, dygraph = predict_batches(net, iter([batch]))
+    net.eval()
+    dygraph = net_predictor(net)(batch)
     np.testing.assert_allclose(exported, dygraph, atol=1e-5)
     assert exported.std() > 0.01
 

@@ -8,6 +8,7 @@ gradient of a broadcast bias add took ~2.5 ms for a 512-wide layer and that of s
 """
 
 import math
+from typing import Any
 
 import numpy as np
 import paddle
@@ -36,6 +37,39 @@ def id_table(number: int, width: int, sparse: bool, init_scale: float) -> IdTabl
     (with lazy Adam ~2.4x faster than dense ones)."""
     return IdTable(number, width, sparse=sparse, weight_attr=paddle.ParamAttr(
         initializer=nn.initializer.Uniform(-init_scale, init_scale)))
+
+
+def embed_fields(table: nn.Layer, ids: paddle.Tensor, inputs: Any) -> paddle.Tensor:
+    """The caller's id table over `ids` [B, S], one row per field: [B, fields, width].
+
+    `inputs` (recrunner.models.ModelInputs) says which id columns form each field. With only
+    single-valued fields that is the lookup itself. Multi-valued fields are pooled by a matmul
+    with a constant [fields, S] matrix over the rows, padding ids masked out (sum, or mean over
+    the ids present), which avoids per-field slices (slow gradients in Paddle 3.0 on the CPU).
+    """
+    rows = table(ids)
+    if inputs.pad_id is None:
+        return rows
+    pool = np.zeros((inputs.num_fields, inputs.sparse_width), np.float32)
+    start = 0
+    for k, field in enumerate(inputs.fields):
+        pool[k, start:start + field.width] = 1.0
+        start += field.width
+    # (mode=ps feeds the ids as one flat sequence per row: back to [B, S] for the mask.)
+    ids = paddle.reshape(ids, [-1, inputs.sparse_width])
+    present = paddle.cast(ids != inputs.pad_id, rows.dtype)  # [B, S]
+    pool_t = paddle.to_tensor(pool) if paddle.in_dynamic_mode() else paddle.assign(pool)
+    pooled = paddle.matmul(pool_t, rows * present.unsqueeze(-1))  # [B, fields, width]
+    means = [k for k, f in enumerate(inputs.fields) if f.pooling == "mean"]
+    if means:
+        counts = paddle.matmul(present, pool_t, transpose_y=True)  # [B, fields]
+        is_mean = np.zeros(inputs.num_fields, np.float32)
+        is_mean[means] = 1.0
+        mean_t = paddle.to_tensor(is_mean) if paddle.in_dynamic_mode() else paddle.assign(is_mean)
+        # Sum fields divide by 1; mean fields by their count (at least 1: empty lists give 0).
+        divisor = 1.0 + mean_t * (paddle.clip(counts, min=1.0) - 1.0)
+        pooled = pooled / divisor.unsqueeze(-1)
+    return pooled
 
 
 def split_rows(rows: paddle.Tensor, dim: int) -> tuple[paddle.Tensor, paddle.Tensor]:

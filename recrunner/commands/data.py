@@ -10,7 +10,7 @@ from recrunner.config.schema import RootConfig
 from recrunner.data.errors import RowErrors
 from recrunner.data.prepare import generate_synth
 from recrunner.data.reader import iter_examples
-from recrunner.train.loop import preprocessor_for
+from recrunner.train.build import preprocessor_for
 
 KEYS = ["dataset.train", "dataset.test", "dataset.format", "dataset.synth.train_rows",
         "dataset.synth.test_rows", "dataset.synth.seed"]

@@ -3,13 +3,13 @@
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from recrunner.config.schema import RootConfig
-from recrunner.data.errors import RowErrors
-from recrunner.data.reader import iter_examples, prefetch, rebatch
+from recrunner.data.batch import Batch
 from recrunner.errors import RecrunnerError
 from recrunner.train.metrics import evaluate_test_set
 
@@ -23,32 +23,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(cfg: RootConfig, args: argparse.Namespace) -> int:
-    errors = RowErrors(str(cfg.dataset.on_error), cfg.dataset.max_logged_errors)
+    from recrunner.data.reader import Shard
+    from recrunner.train.reading import Reader
+
+    reader = Reader(cfg, Shard())
     start = time.perf_counter()
     if args.checkpoint:
-        labels, probs = _eval_checkpoint(cfg, Path(args.checkpoint), errors)
+        predict = _checkpoint_predictor(cfg, Path(args.checkpoint))
     else:
         from recrunner.export import load_export
 
         model = load_export(args.export or Path(cfg.runner.output_dir) / "export")
-        blocks = iter_examples(cfg.dataset, cfg.dataset.test, model.preprocessor, errors)
-        labels, probs = [], []
-        for batch in prefetch(rebatch(blocks, cfg.runner.eval_batch_size)):
-            labels.append(batch.label)
-            probs.append(model.predict(batch.dense, batch.sparse))
-        labels, probs = np.concatenate(labels), np.concatenate(probs)
+        reader.pre = model.preprocessor  # the export's own preprocessing
+
+        def predict(batch: Batch) -> np.ndarray:
+            return model.predict(batch.dense, batch.sparse)
+
+    labels, probs = reader.predict(cfg.dataset.test, cfg.runner.eval_batch_size, predict)
     seconds = time.perf_counter() - start
     metrics = evaluate_test_set(cfg.dataset.test, labels, probs)
     metrics["examples_per_sec"] = len(labels) / max(seconds, 1e-9)
-    metrics["skipped_rows"] = errors.count
+    metrics["skipped_rows"] = reader.errors.count
     print(json.dumps(metrics))
     return 0
 
 
-def _eval_checkpoint(cfg: RootConfig, path: Path, errors: RowErrors) -> tuple:
+def _checkpoint_predictor(cfg: RootConfig, path: Path) -> Callable[[Batch], np.ndarray]:
     from recrunner.runtime import import_paddle
     from recrunner.train import checkpoint
-    from recrunner.train.loop import build_net, predict_batches, preprocessor_for
+    from recrunner.train.build import build_net, net_predictor
 
     if not (path / checkpoint.STATE_FILE).is_file():
         raise RecrunnerError(f"{path} is not a complete checkpoint (no {checkpoint.STATE_FILE})")
@@ -56,5 +59,5 @@ def _eval_checkpoint(cfg: RootConfig, path: Path, errors: RowErrors) -> tuple:
     net = build_net(cfg)
     model_state, _ = checkpoint.load(checkpoint.Checkpoint(path, 0, {}))
     net.set_state_dict(model_state)
-    blocks = iter_examples(cfg.dataset, cfg.dataset.test, preprocessor_for(cfg), errors)
-    return predict_batches(net, prefetch(rebatch(blocks, cfg.runner.eval_batch_size)))
+    net.eval()
+    return net_predictor(net)

@@ -14,7 +14,7 @@ KEYS = ["dataset.train", "dataset.test", "dataset.format", "dataset.on_error", "
 def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     from recrunner.data.prepare import ensure_dataset
     from recrunner.fleet.roles import in_fleet_job
-    from recrunner.train.loop import Trainer
+    from recrunner.train.driver import train_local
 
     if str(cfg.mode.name) != "local":
         summary = run_fleet(cfg)
@@ -22,7 +22,7 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
             return 0
     else:
         ensure_dataset(cfg.dataset)
-        summary = Trainer(cfg).run()
+        summary = train_local(cfg)
     print(json.dumps({k: summary[k] for k in ("auc", "logloss", "examples_per_sec", "epochs",
                                               "export_dir")}))
     # A fleet job's own processes finish cleanly; the launcher judges the job.

@@ -1,5 +1,5 @@
 """mode=collective: data-parallel dygraph training, one process per trainer (gloo on CPU,
-NCCL on GPUs), through the same Trainer as mode=local with a CollectiveGroup."""
+NCCL on GPUs): the run driver and dygraph engine of mode=local over a CollectiveGroup."""
 
 import logging
 from collections.abc import Iterator
@@ -11,8 +11,10 @@ from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.reader import unshard
 from recrunner.fleet.roles import Role, check_port_free
+from recrunner.train.driver import RunDriver
+from recrunner.train.dygraph import DygraphEngine
 from recrunner.train.group import LocalGroup
-from recrunner.train.loop import Trainer
+from recrunner.train.reading import Reader
 
 log = logging.getLogger("recrunner.fleet")
 
@@ -64,74 +66,56 @@ class CollectiveGroup(LocalGroup):
         self.dist.all_reduce(t)
         return float(t.numpy()[0])
 
+    def max(self, value: float) -> float:
+        import paddle
+
+        t = paddle.to_tensor(np.array([value], np.float64))
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return float(t.numpy()[0])
+
+    def lockstep(self, batches: Iterator[Batch], size: int) -> Iterator[tuple[Batch, bool]]:
+        """Every rank takes the same number of optimizer steps.
+
+        DataParallel all-reduces every step, so a rank with one more batch than the others
+        would wait forever. Ranks agree on each step; when one runs dry, the rows still left
+        anywhere are gathered and every rank trains on the same batches (identical gradients,
+        so the average is that batch's gradient): every row still trains once per epoch.
+        """
+        while True:
+            batch = next(batches, None)
+            every, some = self.all_have(batch is not None)
+            if every:
+                yield batch, False
+                continue
+            if not some:
+                return
+            # The tail: collect what is left on every rank, then train on it together.
+            mine = [batch] if batch is not None else []
+            mine += list(batches)
+            rest = Batch.concat(mine) if mine else Batch.empty()
+            tail = Batch(self.gather(rest.dense), self.gather(rest.sparse),
+                         self.gather(rest.label))
+            log.info("rank %d: %d tail rows trained by every rank together", self.rank,
+                     len(tail))
+            for start in range(0, len(tail), size):
+                yield tail.take(slice(start, start + size)), True
+            return
+
     def all_have(self, flag: bool) -> tuple[bool, bool]:
         """(every rank has it, some rank has it)."""
         total = self.sum(1.0 if flag else 0.0)
         return total == self.world, total > 0
 
 
-class CollectiveTrainer(Trainer):
-    """Trainer whose ranks take the same number of optimizer steps.
+def params_digest(net: Any) -> str:
+    """sha256 of every parameter: equal on all ranks when data parallelism is correct."""
+    import hashlib
 
-    DataParallel all-reduces every step, so a rank with one more batch than the others would
-    wait forever. Ranks agree on each step; when one runs dry, the rows still left anywhere are
-    gathered and every rank trains on the same batches (identical gradients, so the average is
-    that batch's gradient): every row still trains exactly once per epoch.
-    """
-
-    group: CollectiveGroup
-
-    def __init__(self, cfg: RootConfig, group: CollectiveGroup) -> None:
-        super().__init__(cfg, group)
-        self.shared_examples = 0  # rows every rank trained on together (counted once)
-
-    def batches(self, spec: str, size: int, shard: bool = True) -> Iterator[Batch]:
-        inner = super().batches(spec, size, shard)
-        if spec != self.cfg.dataset.train or not shard:
-            return inner
-        return self._lockstep(inner, size)
-
-    def _lockstep(self, inner: Iterator[Batch], size: int) -> Iterator[Batch]:
-        while True:
-            batch = next(inner, None)
-            every, some = self.group.all_have(batch is not None)
-            if every:
-                yield batch
-                continue
-            if not some:
-                return
-            # The tail: collect what is left on every rank, then train on it together.
-            mine = [batch] if batch is not None else []
-            mine += list(inner)
-            rest = Batch.concat(mine) if mine else Batch.empty()
-            tail = Batch(self.group.gather(rest.dense), self.group.gather(rest.sparse),
-                         self.group.gather(rest.label))
-            log.info("rank %d: %d tail rows trained by every rank together", self.group.rank,
-                     len(tail))
-            for start in range(0, len(tail), size):
-                part = tail.take(slice(start, start + size))
-                self.shared_examples += len(part)
-                yield part
-            return
-
-    def params_digest(self) -> str:
-        """sha256 of every parameter: equal on all ranks when data parallelism is correct."""
-        import hashlib
-
-        h = hashlib.sha256()
-        for name, value in sorted(self.net.state_dict().items()):
-            h.update(name.encode())
-            h.update(np.ascontiguousarray(value.numpy()).tobytes())
-        return h.hexdigest()
-
-    def train_epoch(self) -> None:
-        # Keep train_examples a job-wide count (checkpoints and the summary report it): each
-        # rank's own rows, the tail that all ranks shared counted once.
-        progress = self.progress
-        before, self.shared_examples = progress.train_examples, 0
-        super().train_epoch()
-        mine = progress.train_examples - before - self.shared_examples
-        progress.train_examples = before + int(round(self.group.sum(mine))) + self.shared_examples
+    h = hashlib.sha256()
+    for name, value in sorted(net.state_dict().items()):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(value.numpy()).tobytes())
+    return h.hexdigest()
 
 
 def run_collective(cfg: RootConfig, role: Role) -> dict[str, Any]:
@@ -156,8 +140,9 @@ def run_collective(cfg: RootConfig, role: Role) -> dict[str, Any]:
     group.barrier()
     watchdog.done.set()
     log.info("collective trainer %d of %d", group.rank, group.world)
-    trainer = CollectiveTrainer(cfg, group)
-    summary = trainer.run()
-    digest = trainer.params_digest()
+    reader = Reader(cfg, group.shard)
+    engine = DygraphEngine(cfg, group, reader)
+    summary = RunDriver(cfg, engine, group, reader).run()
+    digest = params_digest(engine.net)
     log.info("parameters sha256 %s", digest)
     return {**summary, "params_sha256": digest}

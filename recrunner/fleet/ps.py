@@ -3,9 +3,10 @@
 Servers hold the embedding table and the dense parameters (with their Adam states); trainers
 read their shard of pre-converted MultiSlot files through Paddle's C++ data feed
 (`exe.train_from_dataset`), pull what a batch needs and push gradients (async, or geo).
-The network is the model zoo's own dygraph Net, built in static mode with its embedding
-replaced by the fleet's distributed lookup, so the export is that same Net filled with the
-server's values and saved by recrunner.export.save_export: identical to a local export.
+The network is the model zoo's own Net, built in static mode over the fleet's distributed
+lookup as its id table (FleetTable), and trained by the same run driver as mode=local
+(PsEngine, PsTrainerGroup); the export is that Net in dygraph filled with the servers' values
+and saved by recrunner.export.save_export: identical to a local export.
 """
 
 import dataclasses
@@ -21,14 +22,15 @@ from typing import Any
 import numpy as np
 
 from recrunner.config.schema import RootConfig
-from recrunner.data.errors import RowErrors
-from recrunner.data.reader import Shard, iter_examples, rebatch, unshard
-from recrunner.data.transform import NUM_DENSE, NUM_SPARSE
+from recrunner.data.batch import Batch
+from recrunner.data.reader import unshard
 from recrunner.fleet.roles import DistError, Role, check_port_free, wait_for_port
-from recrunner.train import checkpoint
-from recrunner.train.loop import build_net, model_fingerprint, preprocessor_for
-from recrunner.train.metrics import evaluate_test_set
-from recrunner.train.progress import Progress
+from recrunner.train.build import build_net, model_inputs, table_rows, table_width
+from recrunner.train.checkpoint import Checkpoint
+from recrunner.train.driver import RunDriver
+from recrunner.train.engine import EpochStats, ModelState, OnStep
+from recrunner.train.group import LocalGroup
+from recrunner.train.reading import Reader
 
 log = logging.getLogger("recrunner.fleet")
 TABLE = "sparse_embedding_table"
@@ -66,11 +68,13 @@ def check_resumable(cfg: RootConfig, resuming: bool) -> None:
                         + GEO_RESUME)
 
 
-class FleetEmbedding:
-    """Stands in for the Net's nn.Embedding: a lookup in the servers' table."""
+class FleetTable:
+    """The model's id table in mode=ps: a lookup in the servers' table (ids [B, S] -> rows
+    [B, S, width]), handed to the Net in place of the dygraph embedding."""
 
-    def __init__(self, num: int, dim: int, scale: float, geo: bool) -> None:
-        self.num, self.dim, self.scale, self.geo = num, dim, scale, geo
+    def __init__(self, rows: int, width: int, scale: float, geo: bool, columns: int) -> None:
+        self.rows, self.width, self.scale, self.geo = rows, width, scale, geo
+        self.columns = columns  # ids per row
         self.output: Any = None
 
     def __call__(self, ids: Any) -> Any:
@@ -79,13 +83,13 @@ class FleetEmbedding:
         attr = paddle.ParamAttr(name=TABLE, initializer=paddle.nn.initializer.Uniform(
             -self.scale, self.scale))
         if self.geo:  # geo keeps a local copy of the table; sparse_embedding does not train
-            rows = paddle.static.nn.embedding(ids, size=[self.num, self.dim], is_sparse=True,
-                                              param_attr=attr)
+            rows = paddle.static.nn.embedding(ids, size=[self.rows, self.width],
+                                              is_sparse=True, param_attr=attr)
         else:
-            rows = paddle.static.nn.sparse_embedding(ids, size=[self.num, self.dim],
+            rows = paddle.static.nn.sparse_embedding(ids, size=[self.rows, self.width],
                                                      param_attr=attr)
         self.output = rows
-        return paddle.reshape(rows, [-1, NUM_SPARSE, self.dim])
+        return paddle.reshape(rows, [-1, self.columns, self.width])
 
 
 @dataclasses.dataclass
@@ -93,7 +97,7 @@ class Graph:
     main: Any
     startup: Any
     net: Any  # the static-mode Net (dense parameters)
-    embedding: FleetEmbedding
+    table: FleetTable
     label: Any
     dense: Any
     ids: Any
@@ -105,70 +109,90 @@ def build_graph(cfg: RootConfig) -> Graph:
     import paddle
     import paddle.nn.functional as F
 
+    inputs = model_inputs(cfg)
     main, startup = paddle.static.Program(), paddle.static.Program()
     main.random_seed = startup.random_seed = cfg.runner.seed
     with paddle.static.program_guard(main, startup):
         label = paddle.static.data("label", [-1, 1], "float32")
-        dense = paddle.static.data("dense", [-1, NUM_DENSE], "float32")
+        dense = paddle.static.data("dense", [-1, inputs.num_dense], "float32")
+        # MultiSlot feeds ids as one LoD sequence per row.
         ids = paddle.static.data("sparse_ids", [-1, 1], "int64", lod_level=1)
-        # A 1-row table in the Net's own embedding: it is replaced before use.
-        net = build_net(dataclasses.replace(cfg, model=dataclasses.replace(
-            cfg.model, sparse_feature_number=1)))
-        weight = net.embedding.weight
-        emb = FleetEmbedding(cfg.model.sparse_feature_number, weight.shape[1],
-                             cfg.model.init_scale, cfg.mode.sync_mode == "geo")
-        del net._sub_layers["embedding"]
-        object.__setattr__(net, "embedding", emb)
+        table = FleetTable(table_rows(cfg), table_width(cfg), cfg.model.init_scale,
+                           cfg.mode.sync_mode == "geo", inputs.sparse_width)
+        net = build_net(cfg, table)
         logits = net(dense, ids)
         loss = F.binary_cross_entropy_with_logits(logits, label)
         prob = F.sigmoid(logits)
-    return Graph(main, startup, net, emb, label, dense, ids, loss, prob)
+    return Graph(main, startup, net, table, label, dense, ids, loss, prob)
 
 
-class PsJob:
-    """One trainer of the job (the server side is a few lines in run_ps)."""
+class PsTrainerGroup(LocalGroup):
+    """The trainers of a PS job: gloo barriers, and arrays exchanged through files in the
+    shared run directory (fleet's gloo helpers carry small Python values only)."""
 
-    def __init__(self, cfg: RootConfig, role: Role, graph: Graph, exe: Any) -> None:
+    def __init__(self, role: Role, exchange: Path) -> None:
+        from paddle.distributed import fleet
+
+        self.fleet = fleet
+        self.rank, self.world = role.index, role.trainers_num
+        self.exchange = exchange
+        self._round = 0
+
+    def barrier(self) -> None:
+        self.fleet.util.barrier()
+
+    def _all(self, values: np.ndarray) -> list[np.ndarray]:
+        """Every trainer's array, rank order."""
+        self._round += 1
+        self.exchange.mkdir(parents=True, exist_ok=True)
+        tmp = self.exchange / f".{self._round}.{self.rank}.npy"
+        np.save(tmp, values)
+        tmp.replace(self.exchange / f"{self._round}.{self.rank}.npy")
+        self.barrier()
+        parts = [np.load(self.exchange / f"{self._round}.{r}.npy") for r in range(self.world)]
+        self.barrier()  # everyone has read: the files may go
+        (self.exchange / f"{self._round}.{self.rank}.npy").unlink()
+        return parts
+
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        return np.concatenate(self._all(values))
+
+    def gather_rows(self, values: np.ndarray, spec: str) -> np.ndarray:
+        return unshard(self._all(values), spec)
+
+    def sum(self, value: float) -> float:
+        return float(sum(p[0] for p in self._all(np.array([value], np.float64))))
+
+    def max(self, value: float) -> float:
+        return float(max(p[0] for p in self._all(np.array([value], np.float64))))
+
+
+class PsEngine:
+    """One trainer's side of the static-graph parameter-server job."""
+
+    steps_visible = False  # the C++ data feed trains a whole epoch per call
+
+    def __init__(self, cfg: RootConfig, role: Role, graph: Graph, exe: Any,
+                 group: PsTrainerGroup, reader: Reader) -> None:
         import paddle
         from paddle.distributed import fleet
 
         self.paddle, self.fleet = paddle, fleet
         self.cfg, self.role, self.g, self.exe = cfg, role, graph, exe
+        self.group, self.reader = group, reader
         self.out = Path(cfg.runner.output_dir)
-        self.rank, self.world = role.index, role.trainers_num
-        self.is_writer = self.rank == 0
+        self.inputs = model_inputs(cfg)
         self.infer_exe = paddle.static.Executor(paddle.CPUPlace())
         self.program = graph.loss.block.program  # the fleet-rewritten program
         # Forward only: a for_test clone still holds the fused push ops, so prune to the
         # outputs (the pull of the rows stays; nothing is pushed back).
         self.test_program = self.program.clone(for_test=True)._prune_with_input(
-            ["dense", "sparse_ids"], [graph.prob, graph.embedding.output])
+            ["dense", "sparse_ids"], [graph.prob, graph.table.output])
         # Own input names too: train_from_dataset's data feed leaves the scope's `dense` and
         # `sparse_ids` in a state exe.run's feed cannot use (3.0.0 fails or segfaults).
         for name in ("dense", "sparse_ids"):
             self.test_program.global_block()._rename_var(name, INFER_PREFIX + name)
-        self.pre = preprocessor_for(cfg)
-        self.errors = RowErrors(str(cfg.dataset.on_error), cfg.dataset.max_logged_errors)
-        self.exchange = self.out / "dist" / "exchange"
-        self.progress = Progress()
-
-    # --- trainers' collective operations, through gloo barriers and the run directory ----
-    def barrier(self) -> None:
-        self.fleet.util.barrier()
-
-    def gather(self, name: str, arrays: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
-        """Every trainer's arrays, rank order (files in the shared run directory)."""
-        self.exchange.mkdir(parents=True, exist_ok=True)
-        tmp = self.exchange / f".{name}.{self.rank}.npz"
-        np.savez(tmp, **arrays)
-        tmp.replace(self.exchange / f"{name}.{self.rank}.npz")
-        self.barrier()
-        parts = []
-        for r in range(self.world):
-            with np.load(self.exchange / f"{name}.{r}.npz") as z:
-                parts.append({k: z[k] for k in z.files})
-        self.barrier()  # everyone has read: the next gather may overwrite
-        return parts
+        self.slot_files: tuple[list[str], int] | None = None
 
     def pull_dense(self) -> None:
         """Refresh this trainer's dense parameters from the servers.
@@ -184,25 +208,25 @@ class PsJob:
         recv = get_the_one_recv_context(rt.context, split_dense_table=rt.is_heter_ps_mode)
         rt._pull_all_dense(rt.scopes, rt._send_ctx, recv)
 
-    # --- data --------------------------------------------------------------------------
-    def convert(self) -> tuple[list[str], int]:
-        from recrunner.fleet.slots import convert_shard
-
-        shard_dir = self.out / "dist" / "slots" / f"train-{self.rank}-of-{self.world}"
-        start = time.perf_counter()
-        files, rows = convert_shard(self.cfg.dataset, self.cfg.dataset.train, self.pre,
-                                    self.errors, Shard(self.rank, self.world), shard_dir)
-        log.info("MultiSlot shard: %d rows in %d files (%.1fs)", rows, len(files),
-                 time.perf_counter() - start)
-        return files, rows
-
-    def lod_ids(self, sparse: np.ndarray) -> Any:
-        flat = np.ascontiguousarray(sparse.reshape(-1, 1), np.int64)
-        return self.paddle.base.create_lod_tensor(flat, [[NUM_SPARSE] * len(sparse)],
-                                                  self.paddle.CPUPlace())
-
     # --- training ----------------------------------------------------------------------
-    def train_epoch(self, files: list[str], rows: int) -> None:
+    def convert(self) -> tuple[list[str], int]:
+        """This trainer's shard as MultiSlot files (once per run; cached across runs)."""
+        if self.slot_files is None:
+            from recrunner.fleet.slots import convert_shard
+
+            rank, world = self.group.rank, self.group.world
+            shard_dir = self.out / "dist" / "slots" / f"train-{rank}-of-{world}"
+            start = time.perf_counter()
+            files, rows = convert_shard(self.cfg.dataset, self.cfg.dataset.train,
+                                        self.reader.pre, self.reader.errors,
+                                        self.reader.shard, shard_dir)
+            log.info("MultiSlot shard: %d rows in %d files (%.1fs)", rows, len(files),
+                     time.perf_counter() - start)
+            self.slot_files = files, rows
+        return self.slot_files
+
+    def train_epoch(self, on_step: OnStep) -> EpochStats:
+        files, rows = self.convert()
         ds = self.paddle.distributed.QueueDataset()
         ds.init(use_var=[self.g.label, self.g.dense, self.g.ids], pipe_command="cat",
                 batch_size=self.cfg.runner.batch_size, thread_num=1)
@@ -213,14 +237,15 @@ class PsJob:
                                         fetch_list=[self.g.loss], fetch_info=["loss"],
                                         print_period=max(1, self.cfg.runner.log_every_steps))
         seconds = time.perf_counter() - start
-        self.barrier()  # every push of the epoch has been sent
-        parts = self.gather("epoch", {"rows": np.array([rows]), "sec": np.array([seconds])})
-        progress = self.progress
-        progress.train_examples += int(sum(int(p["rows"][0]) for p in parts))
-        # The job's wall time: the slowest trainer's.
-        progress.train_seconds += max(float(p["sec"][0]) for p in parts)
-        progress.step += math.ceil(rows / self.cfg.runner.batch_size)
-        progress.epoch += 1
+        self.group.barrier()  # every push of the epoch has been sent
+        return EpochStats(examples=rows, steps=math.ceil(rows / self.cfg.runner.batch_size),
+                          seconds=seconds)
+
+    # --- prediction --------------------------------------------------------------------
+    def lod_ids(self, sparse: np.ndarray) -> Any:
+        flat = np.ascontiguousarray(sparse.reshape(-1, 1), np.int64)
+        return self.paddle.base.create_lod_tensor(flat, [[sparse.shape[1]] * len(sparse)],
+                                                  self.paddle.CPUPlace())
 
     def infer(self, fetch: Any, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
         """One forward pass of the pruned program (rows pulled from the servers)."""
@@ -233,54 +258,30 @@ class PsJob:
                                     return_numpy=False)  # embedding rows carry the ids' LoD
         return np.array(out)
 
-    def predict_shard(self) -> tuple[np.ndarray, np.ndarray]:
-        labels, probs = [], []
-        blocks = iter_examples(self.cfg.dataset, self.cfg.dataset.test, self.pre, self.errors,
-                               Shard(self.rank, self.world))
-        for batch in rebatch(blocks, self.cfg.runner.eval_batch_size):
-            probs.append(self.infer(self.g.prob, batch.dense, batch.sparse).reshape(-1))
-            labels.append(batch.label)
-        if not probs:
-            return np.empty(0, np.float32), np.empty(0, np.float32)
-        return np.concatenate(labels), np.concatenate(probs)
-
-    def evaluate(self) -> dict[str, Any]:
+    def begin_eval(self) -> None:
         # A fresh executor after each train_from_dataset: it drops the scope's children,
         # where a cached executor keeps its feed variables (3.0.0 then segfaults in FeedOp).
         self.infer_exe = self.paddle.static.Executor(self.paddle.CPUPlace())
         self.pull_dense()
-        start = time.perf_counter()
-        labels, probs = self.predict_shard()
-        seconds = time.perf_counter() - start
-        parts = self.gather("eval", {"label": labels, "prob": probs})
-        all_labels = unshard([p["label"] for p in parts], self.cfg.dataset.test)
-        all_probs = unshard([p["prob"] for p in parts], self.cfg.dataset.test)
-        metrics = evaluate_test_set(self.cfg.dataset.test, all_labels, all_probs)
-        metrics["eval_examples_per_sec"] = len(all_labels) / max(seconds, 1e-9)
-        if self.is_writer:
-            np.savez(self.out / "dist" / "eval_predictions.npz", label=all_labels,
-                     prob=all_probs, rank_probs=np.array([len(p["prob"]) for p in parts]))
-        return metrics
 
-    def record(self, metrics: dict[str, Any]) -> None:
-        if self.is_writer:
-            self.progress.record(self.out, metrics)
-        log.info("epoch %d: auc=%.5f logloss=%.5f", self.progress.epoch, metrics["auc"],
-                 metrics["logloss"])
+    def predict(self, batch: Batch) -> np.ndarray:
+        return self.infer(self.g.prob, batch.dense, batch.sparse).reshape(-1)
+
+    def end_eval(self) -> None:
+        pass
 
     # --- the model as a dygraph Net ----------------------------------------------------
-    def table_rows(self) -> np.ndarray:
-        """The whole embedding table as the trainers see it (pulled from the servers)."""
-        n = self.cfg.model.sparse_feature_number
+    def table_values(self) -> np.ndarray:
+        """The whole id table as the trainers see it (pulled from the servers)."""
+        n, width = table_rows(self.cfg), self.inputs.sparse_width
         rows = []
-        per_batch = IDS_CHUNK // NUM_SPARSE
-        zeros = np.zeros((per_batch, NUM_DENSE), np.float32)
-        for start in range(0, n, per_batch * NUM_SPARSE):
-            ids = np.arange(start, min(start + per_batch * NUM_SPARSE, n), dtype=np.int64)
-            pad = (-len(ids)) % NUM_SPARSE
-            padded = np.concatenate([ids, np.zeros(pad, np.int64)]).reshape(-1, NUM_SPARSE)
-            b = len(padded)
-            out = self.infer(self.g.embedding.output, zeros[:b], padded)
+        per_batch = max(1, IDS_CHUNK // width)
+        zeros = np.zeros((per_batch, self.inputs.num_dense), np.float32)
+        for start in range(0, n, per_batch * width):
+            ids = np.arange(start, min(start + per_batch * width, n), dtype=np.int64)
+            pad = (-len(ids)) % width
+            padded = np.concatenate([ids, np.zeros(pad, np.int64)]).reshape(-1, width)
+            out = self.infer(self.g.table.output, zeros[:len(padded)], padded)
             rows.append(out[: len(ids)])
         return np.concatenate(rows)
 
@@ -291,31 +292,19 @@ class PsJob:
 
     def net_state(self) -> dict[str, np.ndarray]:
         """The dygraph Net's state_dict (numpy) holding the servers' values."""
-        return {**self.dense_state(), "embedding.weight": self.table_rows()}
+        self.begin_eval()
+        return {**self.dense_state(), "embedding.weight": self.table_values()}
 
-    def save_checkpoint(self) -> None:
-        """Numbered checkpoint: the Net (for eval/export, as mode=local) and the servers'
-        tables with their optimizer states (for resume), beside it as <epoch>.ps/."""
-        root = checkpoint.checkpoint_root(self.out)
-        ps_dir = root / f"{self.progress.epoch}.ps"
-        if self.is_writer:
-            root.mkdir(parents=True, exist_ok=True)
-        self.barrier()
+    def state(self, checkpoint_root: Path, epoch: int) -> ModelState:
+        """The servers save their tables with their optimizer states (for resume) beside the
+        checkpoint as <epoch>.ps/; the checkpoint holds the Net (for eval and export)."""
+        ps_dir = checkpoint_root / f"{epoch}.ps"
         self.fleet.save_persistables(self.exe, str(ps_dir))  # barriers inside
-        if self.is_writer:
-            # numpy arrays: paddle.load gives them back and Net.set_state_dict takes them.
-            path = checkpoint.save(self.out, self.progress.epoch, self.net_state(), {}, {
-                **self.progress.checkpoint_state(),
-                "fingerprint": model_fingerprint(self.cfg), "ps_tables": ps_dir.name,
-                "mode": "ps"})
-            log.info("checkpoint %s", path)
-        self.barrier()
+        # numpy arrays: paddle.load gives them back and Net.set_state_dict takes them.
+        net = self.net_state() if self.group.is_writer else {}
+        return ModelState(net, {}, {"ps_tables": ps_dir.name, "mode": "ps"})
 
-    def restore(self) -> None:
-        ckpt = checkpoint.to_resume(self.out, self.cfg.runner.resume,
-                                    model_fingerprint(self.cfg))
-        if ckpt is None:
-            return
+    def restore(self, ckpt: Checkpoint, state: ModelState) -> None:
         check_resumable(self.cfg, resuming=True)
         ps_dir = ckpt.path.parent / ckpt.state.get("ps_tables", f"{ckpt.epoch}.ps")
         if not ps_dir.is_dir():
@@ -323,42 +312,19 @@ class PsJob:
                             f"({ps_dir}); it was not written by mode=ps")
         self.fleet.load_model(str(ps_dir), mode=0)  # servers load tables + optimizer states
         self.pull_dense()
-        self.progress.resume(ckpt)
-        log.info("resumed from %s (epoch %d)", ckpt.path, ckpt.epoch)
 
-    def finish(self, metrics: dict[str, Any]) -> dict[str, Any]:
-        export_dir = self.out / "export"
-        summary = self.progress.summary(
-            metrics, skipped_rows=self.errors.count, export_dir=str(export_dir), mode="ps",
-            world_size=self.world, servers=len(self.role.servers),
-            sync_mode=self.cfg.mode.sync_mode)
-        if self.is_writer:
-            from recrunner.config.compose import to_yaml
-            from recrunner.fleet import rebuild
+    def export(self, export_dir: Path, extra: dict[str, Any]) -> Path:
+        """The export is the dygraph Net filled with the servers' values, written by
+        save_export in a PIR subprocess (this process runs the legacy static graph)."""
+        from recrunner.config.compose import to_yaml
+        from recrunner.fleet import rebuild
 
-            dist = self.out / "dist"
-            self.paddle.save(self.net_state(), str(dist / rebuild.STATE))
-            (dist / rebuild.CONFIG).write_text(to_yaml(self.cfg))
-            (dist / rebuild.EXTRA).write_text(json.dumps({"metrics": metrics,
-                                                          "trained_by": "mode=ps"}))
-            rebuild.rebuild_in_subprocess(self.out, self.cfg.mode.timeout_s)
-            (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
-        self.barrier()
-        return summary
-
-    def run(self) -> dict[str, Any]:
-        cfg = self.cfg.runner
-        self.restore()
-        files, rows = self.convert()
-        metrics: dict[str, Any] | None = None
-        while self.progress.epoch < cfg.epochs:
-            self.train_epoch(files, rows)
-            metrics = self.evaluate()
-            self.record(metrics)
-            self.save_checkpoint()
-        if metrics is None:
-            metrics = self.evaluate()
-        return self.finish(metrics)
+        dist = self.out / "dist"
+        self.paddle.save(self.net_state(), str(dist / rebuild.STATE))
+        (dist / rebuild.CONFIG).write_text(to_yaml(self.cfg))
+        (dist / rebuild.EXTRA).write_text(json.dumps(extra))
+        rebuild.rebuild_in_subprocess(self.out, self.cfg.mode.timeout_s)
+        return export_dir
 
 
 def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
@@ -408,13 +374,16 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
         wait_for_port(ep, timeout, "parameter server")
     fleet.init_worker()
     watchdog.done.set()
-    job = PsJob(cfg, role, graph, exe)
+    group = PsTrainerGroup(role, Path(cfg.runner.output_dir) / "dist" / "exchange")
+    reader = Reader(cfg, group.shard)
+    engine = PsEngine(cfg, role, graph, exe, group, reader)
     if role.index == 0:
         from recrunner.data.prepare import ensure_dataset
 
         ensure_dataset(cfg.dataset)  # a no-op when the launcher already did it
-    job.barrier()
-    summary = job.run()
+    group.barrier()
+    summary = RunDriver(cfg, engine, group, reader, servers=len(role.servers),
+                        sync_mode=cfg.mode.sync_mode).run()
     # Only on success: after a failure the peers may never reach the barriers; the launcher
     # (or the operator) stops the job instead.
     stop_job(fleet, role)

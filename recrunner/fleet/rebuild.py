@@ -22,7 +22,7 @@ def rebuild(run_dir: Path) -> Path:
     from recrunner.errors import RecrunnerError
     from recrunner.export import save_export
     from recrunner.runtime import import_paddle
-    from recrunner.train.loop import build_net, preprocessor_for
+    from recrunner.train.build import build_net, preprocessor_for
 
     dist = run_dir / "dist"
     cfg = load_resolved(dist / CONFIG)

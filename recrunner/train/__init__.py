@@ -1,1 +1,1 @@
-"""Training: the loop, evaluation metrics, checkpoints and the exported inference model."""
+"""Training: the run driver, its engines and process groups, metrics and checkpoints."""

@@ -1,16 +1,18 @@
-"""How the training loop sees its process group: one process here, a fleet in mode=collective/ps."""
+"""The process group a run trains in: this one process (mode=local); the data-parallel ranks
+(recrunner.fleet.collective.CollectiveGroup) and the parameter-server trainers
+(recrunner.fleet.ps.PsTrainerGroup) implement the same hooks."""
+
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
+from recrunner.data.batch import Batch
 from recrunner.data.reader import Shard
 
 
 class LocalGroup:
-    """A single process: it reads everything and writes everything.
-
-    recrunner.fleet.collective.CollectiveGroup implements the same hooks over
-    paddle.distributed (rank, world, DataParallel, all_gather, barrier, all_reduce).
-    """
+    """A single process: it reads everything and writes everything."""
 
     rank = 0
     world = 1
@@ -23,8 +25,14 @@ class LocalGroup:
     def shard(self) -> Shard:
         return Shard(self.rank, self.world)
 
-    def wrap(self, net):  # noqa: ANN001, ANN201 - a paddle.nn.Layer
+    def wrap(self, net: Any) -> Any:
+        """The network as this group trains it (DataParallel in a collective group)."""
         return net
+
+    def lockstep(self, batches: Iterator[Batch], size: int) -> Iterator[tuple[Batch, bool]]:
+        """(batch, trained by every rank together): ranks that step together (collective)
+        must take the same number of steps."""
+        return ((batch, False) for batch in batches)
 
     def gather(self, values: np.ndarray) -> np.ndarray:
         """Concatenate every rank's array (rank order)."""
@@ -40,4 +48,7 @@ class LocalGroup:
         pass
 
     def sum(self, value: float) -> float:
+        return value
+
+    def max(self, value: float) -> float:
         return value

@@ -4,30 +4,34 @@ one embedding table."""
 import paddle
 import paddle.nn as nn
 
-from models.rank.blocks import Linear, id_table, mlp, split_rows
+from models.rank.blocks import Linear, embed_fields, mlp, split_rows
 from models.rank.deepfm.config import Config
 
 
 class Net(nn.Layer):
-    def __init__(self, cfg: Config, num_dense: int, num_sparse: int) -> None:
-        super().__init__()
-        self.num_sparse = num_sparse
-        self.dim = cfg.sparse_feature_dim
+    @staticmethod
+    def table_width(cfg: Config) -> int:
         # Latent vector (dim columns) and first-order weight (1 column) in one lookup.
-        self.embedding = id_table(cfg.sparse_feature_number, self.dim + 1, cfg.sparse_grad,
-                                  cfg.init_scale)
-        self.first_order_dense = Linear(num_dense, 1)
-        self.deep = mlp(num_sparse * self.dim + num_dense, cfg.fc_sizes)
+        return cfg.sparse_feature_dim + 1
+
+    def __init__(self, cfg: Config, inputs, table: nn.Layer) -> None:  # noqa: ANN001
+        super().__init__()
+        self.inputs = inputs
+        self.dim = cfg.sparse_feature_dim
+        self.embedding = table
+        self.first_order_dense = Linear(inputs.num_dense, 1) if inputs.num_dense else None
+        self.deep = mlp(inputs.num_fields * self.dim + inputs.num_dense, cfg.fc_sizes)
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
-        rows = self.embedding(sparse_ids)  # [B, num_sparse, dim + 1]
+        rows = embed_fields(self.embedding, sparse_ids, self.inputs)  # [B, fields, dim + 1]
         latent, weight = split_rows(rows, self.dim)
-        first = paddle.sum(weight, axis=1, keepdim=True) + self.first_order_dense(
-            dense)
+        first = paddle.sum(weight, axis=1, keepdim=True)
+        deep_in = paddle.reshape(latent, [-1, self.inputs.num_fields * self.dim])
+        if self.first_order_dense is not None:
+            first = first + self.first_order_dense(dense)
+            deep_in = paddle.concat([deep_in, dense], axis=1)
         # Sum over pairs <v_i, v_j> = ((sum_i v_i)^2 - sum_i v_i^2) / 2, summed over the dims.
         square_of_sum = paddle.square(paddle.sum(latent, axis=1))
         sum_of_square = paddle.sum(paddle.square(latent), axis=1)
         second = 0.5 * paddle.sum(square_of_sum - sum_of_square, axis=1, keepdim=True)
-        deep = self.deep(paddle.concat(
-            [paddle.reshape(latent, [-1, self.num_sparse * self.dim]), dense], axis=1))
-        return first + second + deep
+        return first + second + self.deep(deep_in)

@@ -1,0 +1,64 @@
+"""What a config builds, the same in every mode: the preprocessing, the model's inputs, its
+id table and network, and the fingerprint a checkpoint must match to be resumed."""
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from recrunner.config.schema import RootConfig
+from recrunner.data.batch import Batch
+from recrunner.data.transform import NUM_DENSE, SPARSE_NAMES, Preprocessor
+from recrunner.models import Field, ModelInputs, load_net_class
+
+
+def preprocessor_for(cfg: RootConfig) -> Preprocessor:
+    return Preprocessor(cfg.model.sparse_feature_number, str(cfg.dataset.dense_transform),
+                        list(cfg.dataset.dense_min), list(cfg.dataset.dense_max))
+
+
+def model_inputs(cfg: RootConfig) -> ModelInputs:
+    return ModelInputs(NUM_DENSE, tuple(Field(name) for name in SPARSE_NAMES))
+
+
+def table_rows(cfg: RootConfig) -> int:
+    return cfg.model.sparse_feature_number
+
+
+def table_width(cfg: RootConfig) -> int:
+    return int(load_net_class(cfg.model.name).table_width(cfg.model))
+
+
+def dygraph_table(cfg: RootConfig) -> Any:
+    """The id table of a dygraph run (sparse gradients when the model asks for them)."""
+    from models.rank.blocks import id_table
+
+    return id_table(table_rows(cfg), table_width(cfg), cfg.model.sparse_grad,
+                    cfg.model.init_scale)
+
+
+def build_net(cfg: RootConfig, table: Any = None) -> Any:
+    """The model's Net over `table` (default: a new dygraph table)."""
+    if table is None:
+        table = dygraph_table(cfg)
+    return load_net_class(cfg.model.name)(cfg.model, model_inputs(cfg), table)
+
+
+def net_predictor(net: Any) -> Callable[[Batch], np.ndarray]:
+    """Click probabilities of a dygraph Net (in eval mode) for a batch, float32 [N]."""
+    import paddle
+    import paddle.nn.functional as F
+
+    def predict(batch: Batch) -> np.ndarray:
+        with paddle.no_grad():
+            logits = net(paddle.to_tensor(batch.dense), paddle.to_tensor(batch.sparse))
+            return F.sigmoid(logits).numpy().reshape(-1)
+
+    return predict
+
+
+def model_fingerprint(cfg: RootConfig) -> dict[str, Any]:
+    """What must match for a checkpoint to be resumable into this config."""
+    return {"model": OmegaConf.to_container(OmegaConf.structured(cfg.model)),
+            "dense_transform": str(cfg.dataset.dense_transform)}

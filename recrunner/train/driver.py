@@ -1,0 +1,146 @@
+"""The one run driver: whichever engine trains (dygraph here or in a data-parallel group, a
+static graph over parameter servers), it owns the run directory, resume, evaluation,
+checkpoints, the export and the summary, so every mode writes the same run the same way."""
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recrunner.config.schema import RootConfig
+from recrunner.train import checkpoint
+from recrunner.train.build import model_fingerprint
+from recrunner.train.engine import Engine, ModelState
+from recrunner.train.group import LocalGroup
+from recrunner.train.metrics import evaluate_test_set
+from recrunner.train.progress import Progress
+from recrunner.train.reading import Reader
+
+log = logging.getLogger("recrunner.train")
+PREDICTIONS = "predictions.npz"
+
+
+class RunDriver:
+    def __init__(self, cfg: RootConfig, engine: Engine, group: LocalGroup,
+                 reader: Reader, **summary_fields: Any) -> None:
+        self.cfg, self.engine, self.group, self.reader = cfg, engine, group, reader
+        self.out = Path(cfg.runner.output_dir)
+        self.progress = Progress()
+        self.summary_fields = summary_fields
+        # The last evaluation's rows (whole test set, file order).
+        self.labels = self.probs = np.empty(0, np.float32)
+
+    # --- state -------------------------------------------------------------------------
+    def restore(self) -> None:
+        ckpt = checkpoint.to_resume(self.out, self.cfg.runner.resume,
+                                    model_fingerprint(self.cfg))
+        if ckpt is None:
+            if self.cfg.runner.resume:
+                log.info("runner.resume=true but no checkpoint in %s: starting fresh", self.out)
+            return
+        net_state, opt_state = checkpoint.load(ckpt)
+        self.engine.restore(ckpt, ModelState(net_state, opt_state, ckpt.state))
+        self.progress.resume(ckpt)
+        log.info("resumed from %s (epoch %d, step %d)", ckpt.path, ckpt.epoch,
+                 self.progress.step)
+
+    def save_checkpoint(self) -> None:
+        root = checkpoint.checkpoint_root(self.out)
+        if self.group.is_writer:
+            root.mkdir(parents=True, exist_ok=True)
+        self.group.barrier()
+        state = self.engine.state(root, self.progress.epoch)
+        if self.group.is_writer:
+            path = checkpoint.save(self.out, self.progress.epoch, state.net, state.optimizer, {
+                **self.progress.checkpoint_state(), **state.extra,
+                "fingerprint": model_fingerprint(self.cfg)})
+            log.info("checkpoint %s", path)
+        self.group.barrier()
+
+    # --- evaluation --------------------------------------------------------------------
+    def evaluate(self) -> dict[str, Any]:
+        """Exact metrics over the whole test set (every process predicts its shard)."""
+        test = self.cfg.dataset.test
+        start = time.perf_counter()
+        self.engine.begin_eval()
+        labels, probs = self.reader.predict(test, self.cfg.runner.eval_batch_size,
+                                            self.engine.predict)
+        self.engine.end_eval()
+        seconds = time.perf_counter() - start
+        self.labels = self.group.gather_rows(labels, test)
+        self.probs = self.group.gather_rows(probs, test)
+        metrics = evaluate_test_set(test, self.labels, self.probs)
+        metrics["eval_examples_per_sec"] = len(self.labels) / max(self.group.max(seconds), 1e-9)
+        return metrics
+
+    def record(self, metrics: dict[str, Any], trigger: str = "epoch") -> None:
+        if self.group.is_writer:
+            self.progress.record(self.out, metrics, trigger)
+        log.info("epoch %d step %d: auc=%.5f logloss=%.5f mean_pred=%.4f mean_label=%.4f",
+                 self.progress.epoch, self.progress.step, metrics["auc"], metrics["logloss"],
+                 metrics["mean_pred"], metrics["mean_label"])
+
+    # --- training ----------------------------------------------------------------------
+    def train_epoch(self) -> None:
+        progress, every = self.progress, self.cfg.runner.eval_steps
+        first_step = progress.step
+        eval_seconds = 0.0
+
+        def on_step(step: int) -> None:
+            nonlocal eval_seconds
+            if every and (first_step + step) % every == 0:
+                start = time.perf_counter()
+                progress.step = first_step + step
+                self.record(self.evaluate(), trigger="eval_steps")
+                eval_seconds += time.perf_counter() - start
+
+        stats = self.engine.train_epoch(on_step)
+        progress.step = first_step + int(self.group.max(stats.steps))
+        # A job-wide count: each process's own rows, the rows all trained together once.
+        progress.train_examples += int(round(self.group.sum(stats.examples))) + \
+            stats.shared_examples
+        # The job's wall time: the slowest process's.
+        progress.train_seconds += self.group.max(stats.seconds - eval_seconds)
+        progress.epoch += 1
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg.runner
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.restore()
+        metrics: dict[str, Any] | None = None
+        while self.progress.epoch < cfg.epochs:
+            self.train_epoch()
+            metrics = self.evaluate()
+            self.record(metrics)
+            self.save_checkpoint()
+        if metrics is None:  # everything was already trained: report the checkpoint
+            metrics = self.evaluate()
+        return self.finish(metrics)
+
+    def finish(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        export_dir = self.out / "export"
+        summary = self.progress.summary(
+            metrics, skipped_rows=int(self.group.sum(self.reader.errors.count)),
+            export_dir=str(export_dir),
+            mode=str(self.cfg.mode.name), world_size=self.group.world, **self.summary_fields)
+        if self.group.is_writer:
+            self.engine.export(export_dir, {"metrics": metrics,
+                                            "trained_by": f"mode={self.cfg.mode.name}"})
+            # The final predictions, to compare any path (an export, a server) against.
+            np.savez(self.out / PREDICTIONS, label=self.labels, prob=self.probs)
+            (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
+            log.info("export %s; %.0f examples/s", export_dir, self.progress.examples_per_sec())
+        self.group.barrier()
+        return summary
+
+
+def train_local(cfg: RootConfig) -> dict[str, Any]:
+    """mode=local: the dygraph engine in this one process."""
+    from recrunner.train.dygraph import DygraphEngine
+
+    group = LocalGroup()
+    reader = Reader(cfg, group.shard)
+    return RunDriver(cfg, DygraphEngine(cfg, group, reader), group, reader).run()

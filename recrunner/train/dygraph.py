@@ -1,0 +1,99 @@
+"""The dygraph engine: the model zoo's Net trained eagerly in this process, alone
+(mode=local) or as one rank of a data-parallel group (mode=collective)."""
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recrunner.config.schema import RootConfig
+from recrunner.data.batch import Batch
+from recrunner.export import save_export
+from recrunner.runtime import import_paddle
+from recrunner.train import optim
+from recrunner.train.build import build_net, net_predictor, preprocessor_for
+from recrunner.train.checkpoint import Checkpoint
+from recrunner.train.engine import EpochStats, ModelState, OnStep
+from recrunner.train.group import LocalGroup
+from recrunner.train.reading import Reader
+
+log = logging.getLogger("recrunner.train")
+
+
+class DygraphEngine:
+    steps_visible = True
+
+    def __init__(self, cfg: RootConfig, group: LocalGroup, reader: Reader) -> None:
+        self.cfg, self.group, self.reader = cfg, group, reader
+        self.paddle = import_paddle(cfg.runner.threads)
+        self.paddle.seed(cfg.runner.seed)
+        np.random.seed(cfg.runner.seed)
+        self.net = build_net(cfg)
+        self.model = group.wrap(self.net)
+        self.opt = optim.Adam(self.paddle, self.net, cfg.runner.learning_rate)
+        self.predict_fn = net_predictor(self.net)
+
+    def train_step(self, batch: Batch) -> float:
+        """One optimizer step on `batch`; returns its mean loss."""
+        import paddle.nn.functional as F
+
+        to_tensor = self.paddle.to_tensor
+        logits = self.model(to_tensor(batch.dense), to_tensor(batch.sparse))
+        loss = F.binary_cross_entropy_with_logits(logits, to_tensor(batch.label[:, None]))
+        loss.backward()
+        self.opt.step()
+        return float(loss)
+
+    def train_batches(self) -> Iterator[tuple[Batch, bool]]:
+        """(batch, trained by every process together) as this process's group steps."""
+        batches = self.reader.batches(self.cfg.dataset.train, self.cfg.runner.batch_size)
+        return self.group.lockstep(batches, self.cfg.runner.batch_size)
+
+    def train_epoch(self, on_step: OnStep) -> EpochStats:
+        from tqdm import tqdm
+
+        cfg = self.cfg.runner
+        stats = EpochStats()
+        bar = tqdm(unit="ex", unit_scale=True, mininterval=1.0,
+                   disable=not cfg.progress or not self.group.is_writer)
+        loss_sum, loss_n = 0.0, 0
+        start = time.perf_counter()
+        for batch, shared in self.train_batches():
+            loss_sum += self.train_step(batch)
+            loss_n += 1
+            stats.steps += 1
+            if shared:
+                stats.shared_examples += len(batch)
+            else:
+                stats.examples += len(batch)
+            bar.update(len(batch))
+            if stats.steps % cfg.log_every_steps == 0:
+                bar.set_postfix(loss=f"{loss_sum / loss_n:.4f}")
+                loss_sum, loss_n = 0.0, 0
+            on_step(stats.steps)
+        stats.seconds = time.perf_counter() - start
+        bar.close()
+        return stats
+
+    def begin_eval(self) -> None:
+        self.net.eval()
+
+    def predict(self, batch: Batch) -> np.ndarray:
+        return self.predict_fn(batch)
+
+    def end_eval(self) -> None:
+        self.net.train()
+
+    def state(self, checkpoint_root: Path, epoch: int) -> ModelState:
+        return ModelState(self.net.state_dict(), self.opt.state_dict())
+
+    def restore(self, ckpt: Checkpoint, state: ModelState) -> None:
+        self.net.set_state_dict(state.net)
+        self.opt.set_state_dict(state.optimizer)
+
+    def export(self, export_dir: Path, extra: dict[str, Any]) -> Path:
+        return save_export(self.net, export_dir, preprocessor_for(self.cfg),
+                           str(self.cfg.dataset.format), self.cfg.model.name, extra)
