@@ -1,5 +1,5 @@
 """How far a run got, and the run-directory records made from it, whichever engine trains
-(the dygraph Trainer, or the static-graph parameter-server job)."""
+(the run driver keeps it for every engine)."""
 
 import json
 from dataclasses import dataclass

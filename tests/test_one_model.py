@@ -1,0 +1,136 @@
+"""One config, one model: every model of the zoo, trained in every mode, gives the model the
+local run gives: its AUC, its checkpoint, its export in each engine and the server's answers.
+
+A few end-to-end runs on small data (each trained once per session); the assertions compare
+every path against the same run's own final predictions (`predictions.npz`) and against the
+plain local run.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from recrunner.models import model_names
+from tests.conftest import SMALL_MODEL, recrun
+
+pytestmark = pytest.mark.slow
+MODES = {
+    "local": ["mode=local"],
+    "collective": ["mode=collective", "mode.nproc=2"],
+    "ps-async": ["mode=ps", "mode.servers=1", "mode.trainers=2"],
+    "ps-geo": ["mode=ps", "mode.servers=1", "mode.trainers=2", "mode.sync_mode=geo"],
+}
+AGREE = 1e-5  # engines and checkpoints against the trained network
+AUC_GAP = 0.01  # distributed runs against mode=local, same data and epochs
+TRAIN = [*SMALL_MODEL, "runner.epochs=1", "mode.timeout_s=120"]
+
+
+@pytest.fixture(scope="session")
+def matrix_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """40k train / 10k test rows: enough test rows for a 0.01 AUC gap to mean something."""
+    from recrunner.data.synth import generate
+
+    root = tmp_path_factory.mktemp("matrix")
+    generate(root / "train.tsv", 40_000, 11, 0)
+    generate(root / "test.tsv", 10_000, 11, 1)
+    return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory, matrix_data: dict[str, str]) -> Any:
+    """run(model, mode) -> its run directory, trained once per session."""
+    root = tmp_path_factory.mktemp("runs")
+    done: dict[tuple[str, str], Path] = {}
+
+    def run(model: str, mode: str) -> Path:
+        if (model, mode) not in done:
+            out = root / f"{model}-{mode}"
+            proc = recrun("train", f"model={model}", *MODES[mode], *TRAIN,
+                          f"dataset.train={matrix_data['train']}",
+                          f"dataset.test={matrix_data['test']}", f"runner.output_dir={out}",
+                          timeout=600)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            done[model, mode] = out
+        return done[model, mode]
+
+    return run
+
+
+def summary(run: Path) -> dict[str, Any]:
+    return json.loads((run / "summary.json").read_text())
+
+
+def test_base_models_learn(runs: Any) -> None:
+    for model in model_names():
+        assert summary(runs(model, "local"))["auc"] > 0.7, model
+
+
+@pytest.mark.parametrize("mode", [m for m in MODES if m != "local"])
+@pytest.mark.parametrize("model", model_names())
+def test_every_mode_trains_the_local_model(runs: Any, model: str, mode: str) -> None:
+    local, other = summary(runs(model, "local")), summary(runs(model, mode))
+    assert other["eval_examples"] == local["eval_examples"] == 10_000
+    assert other["train_examples"] == local["train_examples"] == 40_000
+    assert abs(other["auc"] - local["auc"]) < AUC_GAP, (model, mode, local["auc"], other["auc"])
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("model", model_names())
+def test_checkpoint_export_and_server_give_the_trained_model(
+        runs: Any, matrix_data: dict[str, str], model: str, mode: str) -> None:
+    from recrunner.config.compose import load
+    from recrunner.data.reader import Shard
+    from recrunner.serving.engine import load_engine
+    from recrunner.train import checkpoint
+    from recrunner.train.build import build_net, net_predictor
+    from recrunner.train.reading import Reader
+
+    run = runs(model, mode)
+    trained = np.load(run / "predictions.npz")
+    cfg = load([f"model={model}", *TRAIN, f"dataset.train={matrix_data['train']}",
+                f"dataset.test={matrix_data['test']}"])
+    reader = Reader(cfg, Shard())
+    # The newest checkpoint holds the network that made the final predictions.
+    net = build_net(cfg)
+    net.set_state_dict(checkpoint.load(checkpoint.latest(run))[0])
+    net.eval()
+    labels, probs = reader.predict(cfg.dataset.test, 4096, net_predictor(net))
+    np.testing.assert_array_equal(labels, trained["label"])
+    np.testing.assert_allclose(probs, trained["prob"], atol=AGREE)
+    # The export, in each engine.
+    for name in ("paddle", "onnx"):
+        engine = load_engine(run / "export", name, 1, 1)
+
+        def predict(batch: Any, fn: Any = engine.predict_fns[0]) -> np.ndarray:
+            return fn(batch.dense, batch.sparse)
+
+        _, exported = reader.predict(cfg.dataset.test, 4096, predict)
+        np.testing.assert_allclose(exported, trained["prob"], atol=AGREE, err_msg=name)
+    # /predict on a running server, raw label-less rows.
+    served = serve_rows(run / "export", matrix_data["test"], 300)
+    np.testing.assert_allclose(served, trained["prob"][:300], atol=AGREE)
+
+
+def serve_rows(export: Path, test_file: str, n: int) -> np.ndarray:
+    import http.client
+
+    from recrunner.config.compose import load
+    from recrunner.serving.server import Server
+
+    lines = Path(test_file).read_bytes().split(b"\n")[:n]
+    body = b"\n".join(line.split(b"\t", 1)[1] for line in lines) + b"\n"
+    srv = Server(load(["serving.port=0"]).serving, export)
+    srv.start()
+    try:
+        assert srv.wait_ready(120), srv.app.failed
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        conn.request("POST", "/predict", body, {"Content-Type": "text/plain"})
+        reply = conn.getresponse()
+        data = reply.read()
+        assert reply.status == 200, data
+        return np.array(json.loads(data)["predictions"], np.float32)
+    finally:
+        srv.stop(5)
