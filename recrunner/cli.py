@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from recrunner import __version__
-from recrunner.errors import RecrunnerError
+from recrunner.errors import Interrupted, RecrunnerError
 
 
 @dataclass(frozen=True)
@@ -162,3 +162,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     except RecrunnerError as exc:
         print(f"recrun {name}: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except KeyboardInterrupt:  # outside a run (which reports where it stopped)
+        print(f"recrun {name}: interrupted", file=sys.stderr)
+        sys.exit(Interrupted.exit_code)

@@ -11,6 +11,12 @@ class TargetNotReached(RecrunnerError):
     exit_code = 3
 
 
+class Interrupted(RecrunnerError):
+    """Ctrl-C (SIGINT): the shell's convention for a command it interrupted."""
+
+    exit_code = 130
+
+
 def one_line(exc: BaseException) -> str:
     """Join an exception's chain of first lines, e.g. Hydra's override error and its cause."""
     parts: list[str] = []

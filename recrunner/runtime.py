@@ -1,5 +1,6 @@
 """Process-wide Paddle set-up, done once before paddle is imported."""
 
+import logging
 import os
 import warnings
 from types import ModuleType
@@ -38,7 +39,13 @@ def import_paddle(threads: int | None = None, static: bool = False) -> ModuleTyp
         os.environ.setdefault("MKL_DEBUG_CPU_TYPE", cpu_type)
     os.environ.setdefault("GLOG_minloglevel", "2")
     warnings.filterwarnings("ignore", message="No ccache found")
+    # Paddle's import sets the root logger to WARNING, which would hide recrunner's INFO
+    # lines (evaluations, checkpoints, the export) from the console and train.log.
+    root = logging.getLogger()
+    level = root.level
     import paddle
+
+    root.setLevel(level)
 
     if threads:
         # After the import: Paddle warns on stderr at import when OMP_NUM_THREADS > 1.

@@ -54,6 +54,39 @@ def test_run_directory_layout(trained: Path) -> None:
     assert Path(summary["export_dir"], "model.json").is_file()
 
 
+def test_each_evaluation_is_one_line_in_the_log(trained: Path) -> None:
+    # Paddle's import lowers the root logger to WARNING; the lines must still be there.
+    log = (trained / "train.log").read_text()
+    lines = [ln for ln in log.splitlines() if "auc=" in ln]
+    assert len(lines) == 4, log[-2000:]
+    assert "epoch 2 step 158: auc=" in lines[-1] and "train examples/s=" in lines[-1]
+    assert "checkpoint " in log and "export " in log
+
+
+def test_ctrl_c_prints_where_it_stopped_and_exits_130(synth_data, tmp_path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "recrunner", *train_args(synth_data, out, "runner.epochs=200")],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A shell's background job ignores SIGINT; a user's foreground command does not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "checkpoints" / "1" / "state.json").is_file():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("recrun train: error: interrupted in epoch ")
+    assert f"last checkpoint: {out / 'checkpoints'}" in last and "runner.resume=true" in last
+
+
 def test_export_matches_checkpoint_in_paddle_inference(trained: Path, synth_data) -> None:
     from recrunner.data.errors import RowErrors
     from recrunner.data.reader import iter_examples

@@ -225,7 +225,7 @@ class PsEngine:
             self.slot_files = files, rows
         return self.slot_files
 
-    def train_epoch(self, on_step: OnStep) -> EpochStats:
+    def train_epoch(self, epoch: int, on_step: OnStep) -> EpochStats:
         files, rows = self.convert()
         ds = self.paddle.distributed.QueueDataset()
         ds.init(use_var=[self.g.label, self.g.dense, self.g.ids], pipe_command="cat",

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from recrunner.config.schema import RootConfig
+from recrunner.errors import Interrupted
 from recrunner.train import checkpoint
 from recrunner.train.build import model_fingerprint
 from recrunner.train.engine import Engine, ModelState
@@ -79,9 +80,10 @@ class RunDriver:
     def record(self, metrics: dict[str, Any], trigger: str = "epoch") -> None:
         if self.group.is_writer:
             self.progress.record(self.out, metrics, trigger)
-        log.info("epoch %d step %d: auc=%.5f logloss=%.5f mean_pred=%.4f mean_label=%.4f",
-                 self.progress.epoch, self.progress.step, metrics["auc"], metrics["logloss"],
-                 metrics["mean_pred"], metrics["mean_label"])
+        log.info("epoch %d step %d: auc=%.5f logloss=%.5f mean_pred=%.4f mean_label=%.4f "
+                 "train examples/s=%.0f", self.progress.epoch, self.progress.step,
+                 metrics["auc"], metrics["logloss"], metrics["mean_pred"],
+                 metrics["mean_label"], self.progress.examples_per_sec())
 
     # --- training ----------------------------------------------------------------------
     def train_epoch(self) -> None:
@@ -97,7 +99,7 @@ class RunDriver:
                 self.record(self.evaluate(), trigger="eval_steps")
                 eval_seconds += time.perf_counter() - start
 
-        stats = self.engine.train_epoch(on_step)
+        stats = self.engine.train_epoch(progress.epoch + 1, on_step)
         progress.step = first_step + int(self.group.max(stats.steps))
         # A job-wide count: each process's own rows, the rows all trained together once.
         progress.train_examples += int(round(self.group.sum(stats.examples))) + \
@@ -111,14 +113,25 @@ class RunDriver:
         self.out.mkdir(parents=True, exist_ok=True)
         self.restore()
         metrics: dict[str, Any] | None = None
-        while self.progress.epoch < cfg.epochs:
-            self.train_epoch()
-            metrics = self.evaluate()
-            self.record(metrics)
-            self.save_checkpoint()
+        try:
+            while self.progress.epoch < cfg.epochs:
+                self.train_epoch()
+                metrics = self.evaluate()
+                self.record(metrics)
+                self.save_checkpoint()
+        except KeyboardInterrupt:
+            raise Interrupted(self.interrupted_message()) from None
         if metrics is None:  # everything was already trained: report the checkpoint
             metrics = self.evaluate()
         return self.finish(metrics)
+
+    def interrupted_message(self) -> str:
+        ckpt = checkpoint.latest(self.out)
+        where = f"interrupted in epoch {self.progress.epoch + 1} of {self.cfg.runner.epochs}"
+        if ckpt is None:
+            return f"{where}; no checkpoint was written yet"
+        return (f"{where}; last checkpoint: {ckpt.path} (epoch {ckpt.epoch}); continue with "
+                "the same command and runner.resume=true")
 
     def finish(self, metrics: dict[str, Any]) -> dict[str, Any]:
         export_dir = self.out / "export"

@@ -16,6 +16,7 @@ from recrunner.runtime import import_paddle
 from recrunner.train import optim
 from recrunner.train.build import build_net, net_predictor, preprocessor_for
 from recrunner.train.checkpoint import Checkpoint
+from recrunner.train.console import EpochProgress
 from recrunner.train.engine import EpochStats, ModelState, OnStep
 from recrunner.train.group import LocalGroup
 from recrunner.train.reading import Reader
@@ -35,6 +36,7 @@ class DygraphEngine:
         self.model = group.wrap(self.net)
         self.opt = optim.Adam(self.paddle, self.net, cfg.runner.learning_rate)
         self.predict_fn = net_predictor(self.net)
+        self.expected_examples = reader.estimate_rows(cfg.dataset.train)
 
     def train_step(self, batch: Batch) -> float:
         """One optimizer step on `batch`; returns its mean loss."""
@@ -52,30 +54,29 @@ class DygraphEngine:
         batches = self.reader.batches(self.cfg.dataset.train, self.cfg.runner.batch_size)
         return self.group.lockstep(batches, self.cfg.runner.batch_size)
 
-    def train_epoch(self, on_step: OnStep) -> EpochStats:
-        from tqdm import tqdm
-
+    def train_epoch(self, epoch: int, on_step: OnStep) -> EpochStats:
         cfg = self.cfg.runner
         stats = EpochStats()
-        bar = tqdm(unit="ex", unit_scale=True, mininterval=1.0,
-                   disable=not cfg.progress or not self.group.is_writer)
         loss_sum, loss_n = 0.0, 0
         start = time.perf_counter()
-        for batch, shared in self.train_batches():
-            loss_sum += self.train_step(batch)
-            loss_n += 1
-            stats.steps += 1
-            if shared:
-                stats.shared_examples += len(batch)
-            else:
-                stats.examples += len(batch)
-            bar.update(len(batch))
-            if stats.steps % cfg.log_every_steps == 0:
-                bar.set_postfix(loss=f"{loss_sum / loss_n:.4f}")
-                loss_sum, loss_n = 0.0, 0
-            on_step(stats.steps)
+        with EpochProgress(f"epoch {epoch}/{cfg.epochs}", self.expected_examples,
+                           cfg.progress and self.group.is_writer) as progress:
+            for batch, shared in self.train_batches():
+                loss_sum += self.train_step(batch)
+                loss_n += 1
+                stats.steps += 1
+                if shared:
+                    stats.shared_examples += len(batch)
+                else:
+                    stats.examples += len(batch)
+                mean_loss = None
+                if stats.steps % cfg.log_every_steps == 0:
+                    mean_loss, loss_sum, loss_n = loss_sum / loss_n, 0.0, 0
+                progress.update(len(batch), mean_loss)
+                on_step(stats.steps)
         stats.seconds = time.perf_counter() - start
-        bar.close()
+        # This process's rows per epoch: the next epochs' progress total.
+        self.expected_examples = stats.examples + stats.shared_examples
         return stats
 
     def begin_eval(self) -> None:

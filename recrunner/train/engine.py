@@ -43,8 +43,8 @@ class Engine(Protocol):
     # Whether train_epoch calls on_step (evaluation every runner.eval_steps needs it).
     steps_visible: bool
 
-    def train_epoch(self, on_step: OnStep) -> EpochStats:
-        """One pass over this process's shard of dataset.train."""
+    def train_epoch(self, epoch: int, on_step: OnStep) -> EpochStats:
+        """One pass (the `epoch`th, 1-based) over this process's shard of dataset.train."""
 
     def begin_eval(self) -> None:
         """Bring the parameters up to date before predicting."""

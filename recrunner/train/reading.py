@@ -8,7 +8,7 @@ import numpy as np
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.errors import RowErrors
-from recrunner.data.reader import Shard, iter_examples, prefetch, rebatch
+from recrunner.data.reader import Shard, expand_paths, iter_examples, prefetch, rebatch
 from recrunner.train.build import preprocessor_for
 
 
@@ -26,6 +26,31 @@ class Reader:
     def batches(self, spec: str, size: int) -> Iterator[Batch]:
         """Batches of `size` rows, parsed in a background thread."""
         return prefetch(rebatch(self.blocks(spec), size))
+
+    def estimate_rows(self, spec: str, sample_bytes: int = 1 << 16) -> int | None:
+        """About how many rows of `spec` this process reads (from the files' sizes and the
+        first file's bytes per line), for a progress total; None when it cannot tell."""
+        import fsspec
+
+        files = expand_paths(spec)
+        mine = files[self.shard.index::self.shard.count] if len(files) >= self.shard.count \
+            else files
+        try:
+            if any(fsspec.utils.infer_compression(f) for f in mine):
+                return None  # sizes of compressed files say little about rows
+            fs, _ = fsspec.core.url_to_fs(mine[0])
+            total = sum(fs.size(f) for f in mine)
+            with fsspec.open(mine[0], "rb") as f:
+                sample = f.read(sample_bytes)
+        except (OSError, ValueError, IndexError):
+            return None
+        lines = sample.count(b"\n")
+        if not lines:
+            return None
+        rows = total * lines / len(sample)
+        if len(files) < self.shard.count:  # rows by stride
+            rows /= self.shard.count
+        return int(rows)
 
     def predict(self, spec: str, size: int, predict: Callable[[Batch], np.ndarray]
                 ) -> tuple[np.ndarray, np.ndarray]:
