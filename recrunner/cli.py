@@ -89,7 +89,7 @@ def print_command_help(name: str, module: ModuleType, parser: argparse.ArgumentP
 
 
 def run_command(name: str, argv: Sequence[str]) -> int:
-    from recrunner.config.compose import compose_config, normalize_overrides, to_typed
+    from recrunner.config.compose import load, normalize_overrides, to_typed
 
     cmd = COMMANDS[name]
     module = importlib.import_module(cmd.module)
@@ -109,7 +109,7 @@ def run_command(name: str, argv: Sequence[str]) -> int:
 
         return module.run(load_resolved(args.config_file, overrides), args) or 0
     if "--hydra-help" not in flags and not ({"-m", "--multirun"} & set(flags)):
-        compose_config(overrides)  # fail fast with one line, before Hydra's multi-line report
+        load(overrides)  # fail fast with one line (typos, types, ranges), before Hydra runs
 
     import hydra
     from omegaconf import DictConfig

@@ -1,6 +1,7 @@
 """The config tree is the user interface: overrides, schema errors, help, sweeps."""
 
 import json
+import re
 
 import pytest
 
@@ -96,3 +97,32 @@ def test_multirun_sweep_runs_each_job(tmp_path, synth_data) -> None:
                   for p in out.glob("multirun/*/checkpoints/1/state.json"))
     assert dims == [4, 8]
     assert len(list(out.glob("multirun/*/export/model.pdiparams"))) == 2
+
+
+@pytest.mark.parametrize("override, message", [
+    ("runner.batch_size=-5", "runner.batch_size=-5 must be at least 1"),
+    ("runner.epochs=0", "runner.epochs=0 must be at least 1"),
+    ("runner.learning_rate=-0.1", "runner.learning_rate=-0.1 must be greater than 0"),
+    ("runner.eval_steps=0", "runner.eval_steps=0 must be at least 1"),
+    ("runner.target_auc=1.5", "runner.target_auc=1.5 must be between 0.0 and 1.0"),
+    ("model.sparse_feature_dim=0", "model.sparse_feature_dim=0 must be at least 1"),
+    ("model.sparse_feature_number=0", "model.sparse_feature_number=0 must be at least 1"),
+    ("model.fc_sizes=[64,0]", "model.fc_sizes=[64, 0] must be a non-empty list"),
+    ("model.init_scale=0", "model.init_scale=0.0 must be greater than 0"),
+    ("mode.trainers=0", "mode.trainers=0 must be at least 1"),
+    ("mode.max_restarts=-1", "mode.max_restarts=-1 must be at least 0"),
+    ("serving.port=70000", "serving.port=70000 must be between 0 and 65535"),
+    ("serving.workers=0", "serving.workers=0 must be at least 1"),
+])
+def test_out_of_range_values_fail_at_load_time(override: str, message: str) -> None:
+    with pytest.raises(RecrunnerError, match=re.escape(message)):
+        load([override])
+
+
+def test_an_out_of_range_value_stops_the_command_before_any_work(tmp_path) -> None:
+    out = tmp_path / "never-written"
+    proc = recrun("train", "runner.batch_size=-5", f"runner.output_dir={out}")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "recrun train: error: config error: runner.batch_size=-5 must be at least 1"]
+    assert not out.exists()

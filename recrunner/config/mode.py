@@ -3,6 +3,8 @@
 from dataclasses import dataclass
 from enum import StrEnum
 
+from recrunner.config.checks import at_least
+
 
 class ModeName(StrEnum):
     local = "local"
@@ -34,6 +36,8 @@ class ModeConfig:
     timeout_s: int = 600
 
     def __post_init__(self) -> None:
+        at_least("mode", self, nproc=1, servers=1, trainers=1, geo_k_steps=1, max_restarts=0,
+                 timeout_s=1)
         if self.sync_mode not in SYNC_MODES:
             raise ValueError(
                 f"mode.sync_mode={self.sync_mode!r} is not one of {', '.join(SYNC_MODES)}"

@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass
 
+from recrunner.config.checks import at_least, positive, within
+
 
 @dataclass
 class RunnerConfig:
@@ -20,3 +22,9 @@ class RunnerConfig:
     threads: int = 2
     progress: bool = True
     log_every_steps: int = 200
+
+    def __post_init__(self) -> None:
+        at_least("runner", self, epochs=1, batch_size=1, eval_batch_size=1, threads=1,
+                 log_every_steps=1, eval_steps=1)
+        positive("runner", self, "learning_rate")
+        within("runner", self, "target_auc", 0.0, 1.0)

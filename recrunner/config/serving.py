@@ -3,6 +3,8 @@
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from recrunner.config.checks import at_least, positive, within
+
 
 class ScaleMetric(StrEnum):
     """What Knative scales a PaddleService on (the CRD's enum)."""
@@ -79,3 +81,9 @@ class ServingConfig:
     # SIGTERM: stop accepting, finish in-flight requests for at most this long, then exit.
     shutdown_timeout_s: float = 20.0
     k8s: ServingK8sConfig = field(default_factory=ServingK8sConfig)
+
+    def __post_init__(self) -> None:
+        at_least("serving", self, port=0, threads=1, workers=1, max_batch_rows=1,
+                 batch_wait_ms=0, max_queue_rows=1, max_body_bytes=1)
+        within("serving", self, "port", 0, 65535)
+        positive("serving", self, "request_timeout_s", "socket_timeout_s", "shutdown_timeout_s")

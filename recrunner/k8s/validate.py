@@ -248,10 +248,6 @@ def validate_config(cfg: Any) -> None:
         check_name(f"cluster.image_pull_secrets[{i}]", secret, kind="subdomain")
     if c.service_account is not None:
         check_name("cluster.service_account", c.service_account, kind="subdomain")
-    mode = cfg.mode
-    check_count("mode.nproc", mode.nproc)
-    check_count("mode.servers", mode.servers)
-    check_count("mode.trainers", mode.trainers)
     roles = job_roles(cfg)
     _check_role("cluster.resources.worker", c.resources.worker)
     if "ps" in roles:

@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, field
 
+from recrunner.config.checks import at_least, each_at_least, positive
+
 
 @dataclass
 class Config:
@@ -13,3 +15,8 @@ class Config:
     # Sparse (SelectedRows) embedding gradients: with lazy Adam ~2.4x faster than dense.
     sparse_grad: bool = True
     init_scale: float = 0.01
+
+    def __post_init__(self) -> None:
+        at_least("model", self, sparse_feature_number=1, sparse_feature_dim=1)
+        each_at_least("model", self, "fc_sizes", 1)
+        positive("model", self, "init_scale")
