@@ -87,6 +87,43 @@ def test_ctrl_c_prints_where_it_stopped_and_exits_130(synth_data, tmp_path) -> N
     assert f"last checkpoint: {out / 'checkpoints'}" in last and "runner.resume=true" in last
 
 
+def test_the_best_epoch_is_exported_and_early_stopping_ends_the_run(synth_data,
+                                                                    tmp_path) -> None:
+    # A learning rate that overfits these 20k rows after the first epoch.
+    overfit = ["runner.learning_rate=0.02", "runner.epochs=4"]
+    best_run, last_run = tmp_path / "best", tmp_path / "last"
+    proc = recrun(*train_args(synth_data, best_run, *overfit, "runner.early_stop_patience=2"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    aucs = [json.loads(x)["auc"] for x in (best_run / "metrics.jsonl").read_text().splitlines()]
+    best = 1 + int(np.argmax(aucs))
+    summary = json.loads((best_run / "summary.json").read_text())
+    # Patience 2: training stopped two epochs after the best one (or at the last epoch).
+    assert summary["epochs"] == len(aucs) == min(best + 2, 4)
+    assert best < len(aucs), aucs  # the data overfits: the last epoch is not the best
+    assert summary["best_epoch"] == summary["exported_epoch"] == best
+    assert summary["auc"] == pytest.approx(aucs[best - 1], abs=1e-9)
+    from recrunner.export import load_export
+
+    exported = load_export(best_run / "export")
+    final = np.load(best_run / "predictions.npz")
+    rows = [ln.split(b"\t", 1)[1] for ln in Path(synth_data["test"]).read_bytes().split(b"\n")[:50]]
+    from recrunner.data.errors import RowErrors
+    from recrunner.data.formats import CriteoFormat
+    from recrunner.data.reader import parse_block
+
+    batch = parse_block(CriteoFormat(exported.preprocessor, labeled=False),
+                        b"\n".join(rows) + b"\n", "rows", 1, RowErrors())
+    np.testing.assert_allclose(exported.predict(batch.dense, batch.sparse), final["prob"][:50],
+                               atol=1e-5)
+    proc = recrun(*train_args(synth_data, last_run, *overfit, "runner.export=last"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((last_run / "summary.json").read_text())
+    lines = (last_run / "metrics.jsonl").read_text().splitlines()
+    last_aucs = [json.loads(x)["auc"] for x in lines]
+    assert summary["exported_epoch"] == summary["epochs"] == 4
+    assert summary["auc"] == pytest.approx(last_aucs[-1], abs=1e-9)
+
+
 def test_export_matches_checkpoint_in_paddle_inference(trained: Path, synth_data) -> None:
     from recrunner.data.errors import RowErrors
     from recrunner.data.reader import iter_examples

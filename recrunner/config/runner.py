@@ -1,8 +1,14 @@
 """Schema of the `runner` section: the training job itself."""
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from recrunner.config.checks import at_least, positive, within
+
+
+class ExportChoice(StrEnum):
+    best = "best"  # the epoch with the best test AUC
+    last = "last"  # the last epoch trained
 
 
 @dataclass
@@ -22,9 +28,13 @@ class RunnerConfig:
     threads: int = 2
     progress: bool = True
     log_every_steps: int = 200
+    # Which epoch's model becomes the export (and the summary's metrics).
+    export: ExportChoice = ExportChoice.best
+    # Stop after this many epochs without a better test AUC (None: train every epoch).
+    early_stop_patience: int | None = None
 
     def __post_init__(self) -> None:
         at_least("runner", self, epochs=1, batch_size=1, eval_batch_size=1, threads=1,
-                 log_every_steps=1, eval_steps=1)
+                 log_every_steps=1, eval_steps=1, early_stop_patience=1)
         positive("runner", self, "learning_rate")
         within("runner", self, "target_auc", 0.0, 1.0)

@@ -68,6 +68,17 @@ def latest(output_dir: str | Path) -> Checkpoint | None:
     return None
 
 
+def at_epoch(output_dir: str | Path, epoch: int) -> Checkpoint:
+    """The complete checkpoint of `epoch` (a one-line error when it is gone)."""
+    from recrunner.errors import RecrunnerError
+
+    path = checkpoint_root(output_dir) / str(epoch)
+    try:
+        return Checkpoint(path, epoch, json.loads((path / STATE_FILE).read_text()))
+    except (OSError, ValueError) as exc:
+        raise RecrunnerError(f"checkpoint {path} is missing or incomplete: {exc}") from exc
+
+
 def to_resume(output_dir: str | Path, resume: bool,
               fingerprint: dict[str, Any] | None = None) -> Checkpoint | None:
     """The checkpoint a run continues from, or None for a fresh run.

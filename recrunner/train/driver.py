@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from recrunner.config.runner import ExportChoice
 from recrunner.config.schema import RootConfig
 from recrunner.errors import Interrupted
 from recrunner.train import checkpoint
@@ -33,6 +34,7 @@ class RunDriver:
         self.summary_fields = summary_fields
         # The last evaluation's rows (whole test set, file order).
         self.labels = self.probs = np.empty(0, np.float32)
+        self.exported_epoch = 0
 
     # --- state -------------------------------------------------------------------------
     def restore(self) -> None:
@@ -114,16 +116,39 @@ class RunDriver:
         self.restore()
         metrics: dict[str, Any] | None = None
         try:
-            while self.progress.epoch < cfg.epochs:
+            while self.progress.epoch < cfg.epochs and not self.stop_early():
                 self.train_epoch()
                 metrics = self.evaluate()
+                self.progress.improved(metrics["auc"])
                 self.record(metrics)
                 self.save_checkpoint()
         except KeyboardInterrupt:
             raise Interrupted(self.interrupted_message()) from None
-        if metrics is None:  # everything was already trained: report the checkpoint
-            metrics = self.evaluate()
-        return self.finish(metrics)
+        return self.finish(self.final_metrics(metrics))
+
+    def stop_early(self) -> bool:
+        patience, progress = self.cfg.runner.early_stop_patience, self.progress
+        if not patience or not progress.best_epoch or \
+                progress.epoch - progress.best_epoch < patience:
+            return False
+        log.info("early stop after epoch %d: no better AUC for %d epochs (best: epoch %d, "
+                 "auc=%.5f)", progress.epoch, patience, progress.best_epoch, progress.best_auc)
+        return True
+
+    def final_metrics(self, last: dict[str, Any] | None) -> dict[str, Any]:
+        """The metrics of the model that becomes the export: the best epoch's (by test AUC,
+        runner.export=best) or the last one's; the engine then holds that model."""
+        best, epoch = self.progress.best_epoch, self.progress.epoch
+        if self.cfg.runner.export == ExportChoice.best and best and best != epoch:
+            ckpt = checkpoint.at_epoch(self.out, best)
+            net_state, opt_state = checkpoint.load(ckpt)
+            self.engine.restore(ckpt, ModelState(net_state, opt_state, ckpt.state))
+            log.info("exporting epoch %d (best test AUC %.5f; the last epoch, %d, scored "
+                     "lower)", best, self.progress.best_auc, epoch)
+            self.exported_epoch = best
+            return self.evaluate()
+        self.exported_epoch = epoch
+        return last if last is not None else self.evaluate()
 
     def interrupted_message(self) -> str:
         ckpt = checkpoint.latest(self.out)
@@ -137,7 +162,8 @@ class RunDriver:
         export_dir = self.out / "export"
         summary = self.progress.summary(
             metrics, skipped_rows=int(self.group.sum(self.reader.errors.count)),
-            export_dir=str(export_dir),
+            export_dir=str(export_dir), exported_epoch=self.exported_epoch,
+            best_epoch=self.progress.best_epoch,
             mode=str(self.cfg.mode.name), world_size=self.group.world, **self.summary_fields)
         if self.group.is_writer:
             self.engine.export(export_dir, {"metrics": metrics,

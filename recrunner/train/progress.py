@@ -15,15 +15,29 @@ class Progress:
     step: int = 0
     train_examples: int = 0
     train_seconds: float = 0.0
+    # The epoch whose evaluation had the best test AUC so far, and that AUC.
+    best_epoch: int = 0
+    best_auc: float = float("-inf")
 
     def checkpoint_state(self) -> dict[str, Any]:
         return {"step": self.step, "train_seconds": self.train_seconds,
-                "train_examples": self.train_examples}
+                "train_examples": self.train_examples, "best_epoch": self.best_epoch,
+                "best_auc": self.best_auc if self.best_epoch else None}
 
     def resume(self, ckpt: Checkpoint) -> None:
         self.epoch, self.step = ckpt.epoch, ckpt.state["step"]
         self.train_seconds = ckpt.state.get("train_seconds", 0.0)
         self.train_examples = ckpt.state.get("train_examples", 0)
+        self.best_epoch = ckpt.state.get("best_epoch") or 0
+        best = ckpt.state.get("best_auc")
+        self.best_auc = float("-inf") if best is None else best
+
+    def improved(self, auc: float) -> bool:
+        """Record the just-finished epoch's AUC; True when it is the best so far."""
+        if not auc > self.best_auc:  # NaN never improves
+            return False
+        self.best_epoch, self.best_auc = self.epoch, auc
+        return True
 
     def examples_per_sec(self) -> float:
         return self.train_examples / max(self.train_seconds, 1e-9)
