@@ -193,6 +193,8 @@ class PsEngine:
         for name in ("dense", "sparse_ids"):
             self.test_program.global_block()._rename_var(name, INFER_PREFIX + name)
         self.slot_files: tuple[list[str], int] | None = None
+        # Geo trainers' local copies cannot be reloaded consistently (see check_resumable).
+        self.can_restore = cfg.mode.sync_mode != "geo"
 
     def pull_dense(self) -> None:
         """Refresh this trainer's dense parameters from the servers.

@@ -139,7 +139,11 @@ class RunDriver:
         """The metrics of the model that becomes the export: the best epoch's (by test AUC,
         runner.export=best) or the last one's; the engine then holds that model."""
         best, epoch = self.progress.best_epoch, self.progress.epoch
-        if self.cfg.runner.export == ExportChoice.best and best and best != epoch:
+        if self.cfg.runner.export == ExportChoice.best and best and best != epoch \
+                and not self.engine.can_restore:
+            log.warning("exporting the last epoch (%d), not the best (%d): this engine cannot "
+                        "reload a checkpoint", epoch, best)
+        elif self.cfg.runner.export == ExportChoice.best and best and best != epoch:
             ckpt = checkpoint.at_epoch(self.out, best)
             net_state, opt_state = checkpoint.load(ckpt)
             self.engine.restore(ckpt, ModelState(net_state, opt_state, ckpt.state))

@@ -26,6 +26,7 @@ log = logging.getLogger("recrunner.train")
 
 class DygraphEngine:
     steps_visible = True
+    can_restore = True
 
     def __init__(self, cfg: RootConfig, group: LocalGroup, reader: Reader) -> None:
         self.cfg, self.group, self.reader = cfg, group, reader

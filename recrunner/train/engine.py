@@ -42,6 +42,8 @@ class ModelState:
 class Engine(Protocol):
     # Whether train_epoch calls on_step (evaluation every runner.eval_steps needs it).
     steps_visible: bool
+    # Whether restore works (resume, and exporting the best epoch rather than the last).
+    can_restore: bool
 
     def train_epoch(self, epoch: int, on_step: OnStep) -> EpochStats:
         """One pass (the `epoch`th, 1-based) over this process's shard of dataset.train."""
