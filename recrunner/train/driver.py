@@ -32,6 +32,10 @@ class RunDriver:
         self.out = Path(cfg.runner.output_dir)
         self.progress = Progress()
         self.summary_fields = summary_fields
+        if cfg.runner.eval_steps and not engine.steps_visible:
+            log.warning("runner.eval_steps=%d does not apply to mode=%s (its engine trains a "
+                        "whole epoch per call): evaluating after each epoch",
+                        cfg.runner.eval_steps, cfg.mode.name)
         # The last evaluation's rows (whole test set, file order).
         self.labels = self.probs = np.empty(0, np.float32)
         self.exported_epoch = 0
