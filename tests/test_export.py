@@ -220,3 +220,28 @@ def test_recrun_serve_refuses_to_start_on_a_failing_probe(run: Run, tmp_path) ->
     assert result.returncode == 1
     errors = [ln for ln in result.stderr.splitlines() if "error" in ln]
     assert len(errors) == 1 and "refusing" in errors[0] and "differs" in errors[0], result.stderr
+
+
+def test_recrun_train_fails_with_one_line_when_the_export_check_fails(run: Run, capsys,
+                                                                      monkeypatch) -> None:
+    """Resuming a finished run only re-exports: with an engine off by 1e-3, `recrun train`
+    exits 2 with the check's line, and the verified export from before stays untouched."""
+    if run.cfg.model.name != "wide_deep":
+        pytest.skip("one model is enough for the CLI")
+    from recrunner import cli
+
+    before = (run.export / META_FILE).read_text()
+    paddle_predict = engines.paddle_predict
+    monkeypatch.setattr(engines, "paddle_predict",
+                        lambda *a: (lambda fn: lambda *x: fn(*x) + 1e-3)(paddle_predict(*a)))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "+mode=local", f"runner.output_dir={run.out}", *SMALL_MODEL,
+                  f"dataset.train={run.cfg.dataset.train}", f"dataset.test={run.cfg.dataset.test}",
+                  "runner.epochs=1", "runner.resume=true"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("recrun train: error: export check failed, nothing exported to")
+    assert "paddle.inference differs from the trained network by 0.001" in err[-1]
+    assert "Traceback" not in "\n".join(err)
+    assert (run.export / META_FILE).read_text() == before
+    assert not run.export.with_name("export.tmp").exists()
