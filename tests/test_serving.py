@@ -428,7 +428,7 @@ def test_serve_cluster_k8s_dry_run_writes_the_bundle(export_dir: Path, tmp_path:
     assert 'name: "dense"' in conf and "feed_type: 1" in conf and "shape: 26" in conf
     assert 'fetch_var {\n  name: "prob"' in conf
     with tarfile.open(tmp_path / "serving_bundle.tar.gz") as tar:
-        assert {SERVER_CONF, "model.pdiparams", "export.json"} <= set(tar.getnames())
+        assert {SERVER_CONF, "model.pdiparams", "export.json", "probe.npz"} <= set(tar.getnames())
     from recrunner.serving.fetch import fetch
 
     unpacked = fetch(str(tmp_path / "serving_bundle.tar.gz"), tmp_path / "pod")

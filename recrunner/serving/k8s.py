@@ -17,7 +17,14 @@ import yaml
 
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
-from recrunner.export import DENSE_INPUT, META_FILE, MODEL_PREFIX, OUTPUT, SPARSE_INPUT
+from recrunner.export import (
+    DENSE_INPUT,
+    META_FILE,
+    MODEL_PREFIX,
+    OUTPUT,
+    PROBE_FILE,
+    SPARSE_INPUT,
+)
 from recrunner.k8s.validate import validate_documents
 from recrunner.serving.protocol import FLOAT32, INT64
 
@@ -54,8 +61,9 @@ def write_bundle(model_dir: Path) -> Path:
     tmp = tar_path.with_name(tar_path.name + ".tmp")
     with tarfile.open(tmp, "w:gz") as tar:
         for name in (f"{MODEL_PREFIX}.json", f"{MODEL_PREFIX}.pdiparams", META_FILE, SERVER_CONF,
-                     CLIENT_CONF):
-            tar.add(model_dir / name, arcname=name)
+                     CLIENT_CONF, PROBE_FILE):
+            if name != PROBE_FILE or (model_dir / name).is_file():  # older exports lack it
+                tar.add(model_dir / name, arcname=name)
     tmp.replace(tar_path)
     return tar_path
 

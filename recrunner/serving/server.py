@@ -69,7 +69,7 @@ class ServingApp:
         self.draining = False
         self.batcher: MicroBatcher | None = None
         self.engine = ""
-        self.engine_note = ""  # why this engine (agreement with paddle, or the fallback)
+        self.engine_note = ""  # why this engine: its check against the export's probe
         self.parser = Combiner(protocol.parse_many, cfg.max_batch_rows)
         self.model: protocol.Model | None = None
         self._inflight = 0

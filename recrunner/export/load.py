@@ -1,0 +1,67 @@
+"""Loading an export: its metadata, its recorded probe and a verified paddle.inference
+predictor."""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recrunner.data.transform import Preprocessor
+from recrunner.errors import RecrunnerError
+from recrunner.export.check import Probe, select_engine
+from recrunner.export.engines import PredictFn, paddle_predict
+from recrunner.export.spec import META_FILE, PROBE_FILE, as_inputs, input_names
+
+
+@dataclass
+class ExportedModel:
+    """A `paddle.inference` predictor over an export directory."""
+
+    path: Path
+    meta: dict[str, Any]
+    predictor: Any
+    probe: Probe | None  # None for exports written before the self-check
+    _predict: PredictFn = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._predict = paddle_predict(self.predictor, self.input_names)
+
+    @property
+    def input_names(self) -> list[str]:
+        return input_names(self.meta)
+
+    @property
+    def preprocessor(self) -> Preprocessor:
+        return Preprocessor.from_dict(self.meta["preprocess"])
+
+    def predict(self, *arrays: np.ndarray) -> np.ndarray:
+        """Click probabilities, float32 [N], of the inputs in the export's order
+        (dense, sparse_ids)."""
+        return self._predict(*as_inputs(self.meta, arrays))
+
+
+def read_meta(export_dir: Path) -> dict[str, Any]:
+    meta_path = export_dir / META_FILE
+    if not meta_path.is_file():
+        raise RecrunnerError(f"{export_dir} is not a recrunner export (no {META_FILE}); "
+                             "train first or point at <runner.output_dir>/export")
+    return json.loads(meta_path.read_text())
+
+
+def load_export(export_dir: str | Path, threads: int = 1, verify: bool = True) -> ExportedModel:
+    """The export's paddle.inference predictor; with `verify` it must reproduce the export's
+    probe (RecrunnerError otherwise). The server verifies its engine itself (`verify=False`)."""
+    from recrunner.export.engines import paddle_predictor
+    from recrunner.runtime import import_paddle
+
+    export_dir = Path(export_dir)
+    meta = read_meta(export_dir)
+    import_paddle(threads)
+    probe_path = export_dir / PROBE_FILE
+    probe = Probe.load(probe_path, input_names(meta)) if probe_path.is_file() else None
+    model = ExportedModel(export_dir, meta, paddle_predictor(export_dir, threads), probe)
+    if verify:
+        select_engine(export_dir, meta, probe, ("paddle",), threads, model.predictor)
+    return model

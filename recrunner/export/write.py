@@ -1,0 +1,94 @@
+"""Writing an export: `paddle.jit.save` files, the self-check's probe, and `export.json` (inputs,
+output, preprocessing, the per-engine check), swapped into place only once every engine that can
+serve it reproduces the trained network."""
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from recrunner.data.transform import NUM_DENSE, NUM_SPARSE, Preprocessor
+from recrunner.export.check import (
+    TOLERANCE,
+    ExportCheckError,
+    Probe,
+    check_engines,
+    mismatches,
+    probe_inputs,
+)
+from recrunner.export.spec import (
+    DENSE_INPUT,
+    META_FILE,
+    MODEL_PREFIX,
+    OUTPUT,
+    PROBE_FILE,
+    SPARSE_INPUT,
+    input_names,
+)
+
+
+def save_export(net: Any, export_dir: str | Path, pre: Preprocessor, data_format: str,
+                model_name: str, extra: dict[str, Any] | None = None) -> Path:
+    """Save `net` (logits) as a probability model and check it in every engine; replaces
+    `export_dir` atomically. ExportCheckError (nothing written) when an engine differs from
+    `net` by more than 1e-5 on the probe."""
+    import paddle
+    import paddle.nn.functional as F
+    from paddle.static import InputSpec
+
+    class WithProbability(paddle.nn.Layer):
+        def __init__(self, inner: paddle.nn.Layer) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
+            return F.sigmoid(self.inner(dense, sparse_ids))
+
+    export_dir = Path(export_dir)
+    tmp = export_dir.with_name(export_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    meta: dict[str, Any] = {
+        "model": model_name,
+        "format": data_format,
+        "inputs": [
+            {"name": DENSE_INPUT, "dtype": "float32", "shape": [-1, NUM_DENSE]},
+            {"name": SPARSE_INPUT, "dtype": "int64", "shape": [-1, NUM_SPARSE]},
+        ],
+        "outputs": [{"name": OUTPUT, "dtype": "float32", "shape": [-1, 1]}],
+        "preprocess": pre.to_dict(),
+        **(extra or {}),
+    }
+    model = WithProbability(net)
+    was_training = net.training
+    model.eval()
+    try:
+        # The reference: the network in memory, in eval mode, before anything is compiled.
+        inputs = probe_inputs(meta["inputs"], pre)
+        with paddle.no_grad():
+            expected = model(*map(paddle.to_tensor, inputs)).numpy().reshape(-1)
+        paddle.jit.save(model, str(tmp / MODEL_PREFIX), input_spec=[
+            InputSpec([None if d < 0 else d for d in spec["shape"]], spec["dtype"], spec["name"])
+            for spec in meta["inputs"]])
+        probe = Probe(inputs, expected)
+        probe.save(tmp / PROBE_FILE, input_names(meta))
+        results = check_engines(tmp, meta, probe)
+        failed = mismatches(results)
+        if failed:
+            raise ExportCheckError(f"export check failed, nothing exported to {export_dir}: "
+                                   f"{failed}")
+        meta["check"] = {"tolerance": TOLERANCE, "probe_rows": len(expected), "engines": results}
+        # export.json last: without it the directory is not an export.
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        net.train() if was_training else net.eval()
+    # Swap in the new export so a crash leaves either the old or the new one in place.
+    old = export_dir.with_name(export_dir.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if export_dir.exists():
+        export_dir.rename(old)
+    tmp.rename(export_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return export_dir
