@@ -48,8 +48,18 @@ def rebuild_in_subprocess(run_dir: Path, timeout_s: float) -> None:
         from recrunner.fleet.roles import DistError
 
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise DistError(f"building the export from the PS tables failed: {tail}")
+        raise DistError(f"the export of the PS-trained model failed: {tail}")
+
+
+def main() -> None:
+    from recrunner.errors import RecrunnerError
+
+    try:
+        print(rebuild(Path(sys.argv[1])))
+    except RecrunnerError as exc:  # e.g. the export's self-check: one line for the parent
+        print(exc, file=sys.stderr)
+        sys.exit(exc.exit_code)
 
 
 if __name__ == "__main__":
-    print(rebuild(Path(sys.argv[1])))
+    main()
