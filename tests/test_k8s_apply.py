@@ -408,7 +408,7 @@ def test_delete_leaves_a_secret_it_did_not_create(fake: FakeKube) -> None:
 # --- API errors become one line with what to do --------------------------------------------
 
 def one_error_line(capsys: pytest.CaptureFixture) -> str:
-    # Notes (e.g. CRD check skipped where ../shared is absent) are not errors.
+    # Notes (e.g. a CRD check skipped for a kind without a CRD at hand) are not errors.
     err = [ln for ln in capsys.readouterr().err.strip().splitlines()
            if not ln.startswith("note: ")]
     assert len(err) == 1, err

@@ -22,12 +22,12 @@ from recrunner.data.errors import RowErrors
 from recrunner.data.formats import CriteoFormat
 from recrunner.data.reader import parse_block
 from recrunner.export import load_export
-from recrunner.k8s.validate import validate_documents
+from recrunner.k8s.validate import default_crd_dir, validate_documents
 from recrunner.serving import client, protocol
 from recrunner.serving.batcher import MicroBatcher
 from recrunner.serving.k8s import CLIENT_CONF, SERVER_CONF, render_service
 from recrunner.serving.server import INFERENCE_PATH, Server
-from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun, shared_file
+from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun
 
 pytestmark = pytest.mark.slow
 ATOL = 1e-5  # the engine may be ONNX Runtime: equal to paddle.inference within 1e-5
@@ -386,7 +386,7 @@ def test_sigterm_finishes_in_flight_requests(export_dir: Path, rows: client.Labe
 
 
 def test_paddleservice_validates_against_the_crd(tmp_path: Path) -> None:
-    crd_dir = shared_file("k8s/crds/paddleservice.crd.yaml").parent
+    crd_dir = default_crd_dir()  # shipped in the package
     cfg = load(["cluster=k8s", "serving.k8s.image=registry.example.com/recrunner:0.1",
                 "serving.k8s.bundle_url=s3://models/ctr/serving_bundle.tar.gz",
                 "serving.k8s.min_scale=2", "serving.k8s.max_scale=6", "serving.k8s.metric=rps",
