@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from models.rank.blocks import IdTable, Linear, split_rows
 from recrunner.errors import RecrunnerError
 from recrunner.runtime import import_paddle
 from recrunner.train import optim
+from recrunner.zoo.rank.blocks import IdTable, Linear, split_rows
 
 paddle = import_paddle()
 
