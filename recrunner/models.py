@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib.metadata import entry_points
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, cast
 
 from recrunner.errors import RecrunnerError, one_line
 
@@ -87,6 +87,14 @@ def _import(name: str, module: str) -> ModuleType:
                              f"{type(exc).__name__}: {one_line(exc)}") from exc
 
 
+class NetClass(Protocol):
+    """A model's `net.Net` class, as the runner uses it."""
+
+    def table_width(self, cfg: Any) -> int: ...
+
+    def __call__(self, cfg: Any, inputs: ModelInputs, table: Any) -> Any: ...
+
+
 def model_names() -> list[str]:
     return sorted(_packages())
 
@@ -106,10 +114,10 @@ def model_schemas() -> dict[str, Any]:
     return {name: load_model_module(name).Config for name in model_names()}
 
 
-def load_net_class(name: str) -> type:
+def load_net_class(name: str) -> NetClass:
     package = load_model_module(name).__name__
     net = getattr(_import(name, f"{package}.net"), "Net", None)
     if not isinstance(net, type) or not hasattr(net, "table_width"):
         raise RecrunnerError(f"{_plugin(name, package)} is broken: {package}.net must define "
                              "Net, a paddle.nn.Layer with table_width(cfg)")
-    return net
+    return cast(NetClass, net)
