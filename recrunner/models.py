@@ -75,15 +75,23 @@ def _plugin(name: str, package: str) -> str:
     return f"model plugin {name!r} (entry point {ENTRY_POINT_GROUP}: {name} = {package})"
 
 
+def _is_bundled(name: str) -> bool:
+    return _packages()[name].startswith(f"{BUNDLED}.")
+
+
+def _where(name: str) -> str:
+    package = _packages()[name]
+    return f"bundled model {name!r} ({package})" if _is_bundled(name) else _plugin(name, package)
+
+
 def _import(name: str, module: str) -> ModuleType:
     """Import a model's module; a plugin's failure is one line naming the plugin."""
-    package = _packages()[name]
-    if package.startswith(f"{BUNDLED}."):
+    if _is_bundled(name):
         return importlib.import_module(module)  # recrunner's own: a bug, keep the traceback
     try:
         return importlib.import_module(module)
     except Exception as exc:
-        raise RecrunnerError(f"{_plugin(name, package)} is broken: importing {module} failed: "
+        raise RecrunnerError(f"{_where(name)} is broken: importing {module} failed: "
                              f"{type(exc).__name__}: {one_line(exc)}") from exc
 
 
@@ -105,7 +113,7 @@ def load_model_module(name: str) -> ModuleType:
     module = _import(name, _packages()[name])
     config = getattr(module, "Config", None)
     if getattr(config, "name", None) != name:
-        raise RecrunnerError(f"{_plugin(name, module.__name__)} is broken: it must export "
+        raise RecrunnerError(f"{_where(name)} is broken: it must export "
                              f"Config, a dataclass whose `name` defaults to {name!r}")
     return module
 
@@ -118,6 +126,6 @@ def load_net_class(name: str) -> NetClass:
     package = load_model_module(name).__name__
     net = getattr(_import(name, f"{package}.net"), "Net", None)
     if not isinstance(net, type) or not hasattr(net, "table_width"):
-        raise RecrunnerError(f"{_plugin(name, package)} is broken: {package}.net must define "
+        raise RecrunnerError(f"{_where(name)} is broken: {package}.net must define "
                              "Net, a paddle.nn.Layer with table_width(cfg)")
     return cast(NetClass, net)
