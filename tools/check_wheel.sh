@@ -4,7 +4,7 @@
 # the environment's packages (--system-site-packages), so Paddle is not downloaded again; the
 # check fails if recrunner, its configs or its zoo are imported from anywhere but the wheel.
 #
-#   tools/check_wheel.sh [LOG]        # LOG: where the steps' output goes (default: a temp file)
+#   [PYTHON=python] tools/check_wheel.sh [LOG]   # LOG: the steps' output (default: a temp file)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
