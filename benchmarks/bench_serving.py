@@ -17,6 +17,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +80,7 @@ def start_server(export: Path, port: int, engine: str, extra: list[str]) -> subp
         except OSError:
             time.sleep(0.2)
         if proc.poll() is not None:
-            raise SystemExit(f"server exited: {proc.stderr.read()[-2000:]}")
+            raise SystemExit(f"server exited: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
     proc.kill()
     raise SystemExit("server not ready within 120 s")
 
@@ -105,7 +106,7 @@ def main() -> None:
     pre = load_export(args.export).preprocessor
     batch = parse_block(CriteoFormat(pre, labeled=False), b"\n".join(data.lines) + b"\n",
                         str(args.data), 1, RowErrors("fail"))
-    results = []
+    results: list[dict[str, Any]] = []
     for engine in args.engines.split(","):
         for b in (1, 256):
             r = engine_alone(args.export, engine, batch.dense, batch.sparse, b)

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from models.rank.blocks import IdTable, Linear, split_rows
 from recrunner.errors import RecrunnerError
 from recrunner.runtime import import_paddle
 from recrunner.train import optim
+from recrunner.zoo.rank.blocks import IdTable, Linear, split_rows
 
 paddle = import_paddle()
 
@@ -64,7 +64,7 @@ def test_id_table_training_lookup_and_update_match_nn_embedding() -> None:
 
 
 def test_adam_splits_sparse_tables_from_dense_parameters() -> None:
-    class Net(paddle.nn.Layer):
+    class Net(paddle.nn.Layer):  # type: ignore[name-defined]  # paddle: a ModuleType here
         def __init__(self) -> None:
             super().__init__()
             self.table = IdTable(100, 3, sparse=True)

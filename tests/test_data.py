@@ -211,6 +211,7 @@ def test_criteo_to_slot_tool_round_trips(tmp_path) -> None:
 
     spec = importlib.util.spec_from_file_location("criteo_to_slot",
                                                   REPO / "tools" / "criteo_to_slot.py")
+    assert spec is not None and spec.loader is not None
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     table = rows(500, seed=6)

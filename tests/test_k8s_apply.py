@@ -126,7 +126,7 @@ def make_handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
 
         def route(self, m: dict[str, str | None], raw: str, query: dict[str, list[str]]
                   ) -> None:
-            plural, name, ns = m["plural"], m.get("name"), m.get("ns")
+            plural, name, ns = str(m["plural"]), m.get("name"), m.get("ns")
             if plural in CUSTOM and not fake.crds_installed:
                 return self.send(404, "404 page not found", "text/plain")
             if (self.command, plural) in fake.fail:
@@ -138,7 +138,7 @@ def make_handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
             if m.get("log"):
                 if (plural, name) != ("pods", name) or name not in fake.logs:
                     return self.send(404, status_body(404, "NotFound", f'pods "{name}" not '
-                                                      "found", name, "pods"))
+                                                      "found", str(name), "pods"))
                 lines = fake.logs[name].splitlines(keepends=True)
                 if "tailLines" in query:
                     lines = lines[-int(query["tailLines"][0]):]
@@ -408,7 +408,7 @@ def test_delete_leaves_a_secret_it_did_not_create(fake: FakeKube) -> None:
 # --- API errors become one line with what to do --------------------------------------------
 
 def one_error_line(capsys: pytest.CaptureFixture) -> str:
-    # Notes (e.g. CRD check skipped where ../shared is absent) are not errors.
+    # Notes (e.g. a CRD check skipped for a kind without a CRD at hand) are not errors.
     err = [ln for ln in capsys.readouterr().err.strip().splitlines()
            if not ln.startswith("note: ")]
     assert len(err) == 1, err

@@ -11,16 +11,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from recrunner import REPO_ROOT
 from recrunner.config.compose import load, load_resolved
 from recrunner.errors import RecrunnerError
 from recrunner.k8s import manifests, ops, validate
+from tests.conftest import REPO
 
-CRDS = REPO_ROOT.parent / "shared" / "k8s" / "crds"
-needs_crds = pytest.mark.skipif(
-    not CRDS.is_dir(),
-    reason=f"{CRDS} is absent: the upstream Paddle Operator CRDs are not vendored, so custom "
-    "resources cannot be checked against their schemas here")
+CRDS = validate.default_crd_dir()  # the copies the package ships
 
 METAURL = "redis://juice:m3ta-Pa55@10.1.2.3:6379/1"
 ACCESS = "AKIA-test-access-7781"
@@ -78,7 +74,6 @@ def test_core_documents_pass_the_official_schemas(scenario: str) -> None:
         kubernetes_validate.validate(doc, "1.30", strict=True)
 
 
-@needs_crds
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_custom_resources_pass_the_upstream_crds(scenario: str) -> None:
     docs = render(*SCENARIOS[scenario]).docs
@@ -90,7 +85,6 @@ def test_custom_resources_pass_the_upstream_crds(scenario: str) -> None:
         assert validate.validate_custom(doc, CRDS) is True
 
 
-@needs_crds
 def test_crd_check_rejects_unknown_fields_and_wrong_types() -> None:
     job = by_kind(render(*PS).docs)["PaddleJob"]
     typo = copy.deepcopy(job)
@@ -372,7 +366,7 @@ def test_cli_dry_run_stdout_is_only_yaml(tmp_path: Path) -> None:
 
 
 def test_rbac_manifests_pass_the_official_schemas() -> None:
-    docs = list(yaml.safe_load_all((REPO_ROOT / "k8s" / "rbac.yaml").read_text()))
+    docs = list(yaml.safe_load_all((REPO / "k8s" / "rbac.yaml").read_text()))
     assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "ClusterRole",
                                          "ClusterRoleBinding"]
     for doc in docs:

@@ -25,10 +25,11 @@ def test_auc_matches_pairwise_reference_with_ties(seed: int) -> None:
 
 
 def test_auc_edge_cases() -> None:
-    assert auc([0, 1], [0.1, 0.9]) == 1.0
-    assert auc([0, 1], [0.9, 0.1]) == 0.0
-    assert auc([0, 1, 0, 1], [0.5] * 4) == 0.5
-    assert np.isnan(auc([1, 1], [0.2, 0.3]))
+    a = np.array
+    assert auc(a([0, 1]), a([0.1, 0.9])) == 1.0
+    assert auc(a([0, 1]), a([0.9, 0.1])) == 0.0
+    assert auc(a([0, 1, 0, 1]), a([0.5] * 4)) == 0.5
+    assert np.isnan(auc(a([1, 1]), a([0.2, 0.3])))
 
 
 def test_logloss_and_calibration_fields() -> None:

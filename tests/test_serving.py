@@ -22,12 +22,12 @@ from recrunner.data.errors import RowErrors
 from recrunner.data.formats import CriteoFormat
 from recrunner.data.reader import parse_block
 from recrunner.export import load_export
-from recrunner.k8s.validate import validate_documents
+from recrunner.k8s.validate import default_crd_dir, validate_documents
 from recrunner.serving import client, protocol
 from recrunner.serving.batcher import MicroBatcher
 from recrunner.serving.k8s import CLIENT_CONF, SERVER_CONF, render_service
 from recrunner.serving.server import INFERENCE_PATH, Server
-from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun, shared_file
+from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun
 
 pytestmark = pytest.mark.slow
 ATOL = 1e-5  # the engine may be ONNX Runtime: equal to paddle.inference within 1e-5
@@ -174,7 +174,7 @@ def test_paddle_serving_endpoints_equal_offline(server: Server,
 
 
 def _tensor_body(**changes: Any) -> dict[str, Any]:
-    body = {"tensor": [
+    body: dict[str, Any] = {"tensor": [
         {"name": "dense", "alias_name": "dense", "elem_type": 1, "shape": [1, 13],
          "float_data": [0.5] * 13},
         {"name": "sparse_ids", "alias_name": "sparse_ids", "elem_type": 0, "shape": [1, 26],
@@ -267,11 +267,13 @@ def test_concurrent_load_has_no_5xx(server: Server, rows: client.Labeled,
                                               offline["sparse"][i:i + 3], "inference"))
         requests.append(client.tensor_request(offline["dense"][i:i + 3],
                                               offline["sparse"][i:i + 3], "prediction"))
-    before = server.app.batcher.stats.batches
+    batcher = server.app.batcher
+    assert batcher is not None
+    before = batcher.stats.batches
     result = client.run_load(server.url, requests, iterations=1600, concurrency=8, keep=False)
     assert result.status_counts == {200: 1600}, result.first_error
     # Small concurrent requests were merged: fewer predictor calls than requests.
-    assert server.app.batcher.stats.batches - before < 1600
+    assert batcher.stats.batches - before < 1600
     for endpoint in ("predict", "inference", "prediction"):
         by_endpoint = [i for i in range(len(requests)) if i % 3 == ("predict", "inference",
                                                                     "prediction").index(endpoint)]
@@ -317,10 +319,13 @@ def test_batcher_merges_and_splits() -> None:
 
 def test_parse_many_isolates_a_bad_request(server: Server, rows: client.Labeled) -> None:
     model = server.app.model
+    assert model is not None
     good = protocol.prepare_raw(model, b"\n".join(rows.lines[:4]), False)
     bad = protocol.prepare_raw(model, rows.lines[5] + b"\nbroken\n", False)
     other = protocol.prepare_raw(model, rows.lines[6], False)
     out = protocol.parse_many([good, bad, other])
+    assert not isinstance(out[0], protocol.BadRequest)
+    assert not isinstance(out[2], protocol.BadRequest)
     np.testing.assert_array_equal(out[0][1], protocol.parse_alone(good)[1])
     assert isinstance(out[1], protocol.BadRequest) and "request:2" in out[1].reason
     np.testing.assert_array_equal(out[2][0], protocol.parse_alone(other)[0])
@@ -349,6 +354,7 @@ def test_sigterm_finishes_in_flight_requests(export_dir: Path, rows: client.Labe
          f"serving.port={port}", "serving.engine=paddle", "serving.batch_wait_ms=1500"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stderr is not None
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
@@ -386,7 +392,7 @@ def test_sigterm_finishes_in_flight_requests(export_dir: Path, rows: client.Labe
 
 
 def test_paddleservice_validates_against_the_crd(tmp_path: Path) -> None:
-    crd_dir = shared_file("k8s/crds/paddleservice.crd.yaml").parent
+    crd_dir = default_crd_dir()  # shipped in the package
     cfg = load(["cluster=k8s", "serving.k8s.image=registry.example.com/recrunner:0.1",
                 "serving.k8s.bundle_url=s3://models/ctr/serving_bundle.tar.gz",
                 "serving.k8s.min_scale=2", "serving.k8s.max_scale=6", "serving.k8s.metric=rps",

@@ -134,7 +134,9 @@ def test_export_matches_checkpoint_in_paddle_inference(trained: Path, synth_data
     batch = next(iter_examples(cfg.dataset, cfg.dataset.test, preprocessor_for(cfg), RowErrors()))
     exported = load_export(trained / "export").predict(batch.dense, batch.sparse)
     net = build_net(cfg)
-    net.set_state_dict(checkpoint.load(checkpoint.latest(trained))[0])
+    latest = checkpoint.latest(trained)
+    assert latest is not None
+    net.set_state_dict(checkpoint.load(latest)[0])
     net.eval()
     dygraph = net_predictor(net)(batch)
     np.testing.assert_allclose(exported, dygraph, atol=1e-5)
@@ -170,7 +172,8 @@ def test_kill_and_resume_ends_like_an_uninterrupted_run(trained: Path, synth_dat
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)  # somewhere in epoch 2
     proc.wait(timeout=30)
-    assert checkpoint.latest(out).epoch == 1
+    killed = checkpoint.latest(out)
+    assert killed is not None and killed.epoch == 1
     assert not (out / "summary.json").exists()
     refused = recrun(*train_args(synth_data, out, "runner.epochs=2"))
     assert refused.returncode == 2 and "runner.resume=true" in refused.stderr
@@ -198,7 +201,7 @@ def test_incomplete_checkpoints_are_ignored(tmp_path) -> None:
     saved = checkpoint.save(tmp_path, 2, {"w": np.zeros(2)}, {"m": np.ones(2)}, {"step": 5})
     (root / "5").mkdir()
     latest = checkpoint.latest(tmp_path)
-    assert latest.path == saved and latest.state["step"] == 5
+    assert latest is not None and latest.path == saved and latest.state["step"] == 5
 
 
 def test_same_config_and_data_give_the_same_model(synth_data, tmp_path) -> None:

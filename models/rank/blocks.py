@@ -27,9 +27,9 @@ class IdTable(nn.Embedding):
             return super().forward(ids)
         distinct, index = np.unique(ids.numpy(), return_inverse=True)
         rows = super().forward(paddle.to_tensor(distinct))
-        index = paddle.to_tensor(index.reshape(-1))
+        positions = paddle.to_tensor(index.reshape(-1))
         # A dense lookup into the distinct rows: its gradient kernel is 2x gather's.
-        return paddle.reshape(F.embedding(index, rows), [*ids.shape, self._embedding_dim])
+        return paddle.reshape(F.embedding(positions, rows), [*ids.shape, self._embedding_dim])
 
 
 def id_table(number: int, width: int, sparse: bool, init_scale: float) -> IdTable:

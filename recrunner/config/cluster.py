@@ -132,6 +132,6 @@ class ClusterConfig:
     # --wait: seconds between status polls, and how long to wait at most (null: forever).
     poll_interval_s: float = 10.0
     wait_timeout_s: float | None = None
-    # Upstream CRDs to validate custom resources against (null: ../shared/k8s/crds next to the
-    # repository; the check is skipped when the directory is absent).
+    # Upstream CRDs to validate custom resources against (null: the copies shipped in
+    # recrunner/k8s/crds; a directory without one for a kind skips that kind's check, noted).
     crd_dir: str | None = None

@@ -3,6 +3,7 @@
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -52,7 +53,7 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
 def to_typed(cfg: DictConfig) -> RootConfig:
     """Resolve and instantiate the dataclasses: missing values and bad types fail here."""
     try:
-        return OmegaConf.to_object(cfg)
+        return cast(RootConfig, OmegaConf.to_object(cfg))  # the schema is RootConfig
     except Exception as exc:
         raise RecrunnerError(f"config error: {one_line(exc)}") from exc
 
@@ -74,7 +75,7 @@ def load_resolved(path: str | Path, overrides: Sequence[str] = ()) -> RootConfig
             raise RecrunnerError(f"{path}: missing model.name")
         schema = OmegaConf.structured(RootConfig)
         schema.model = OmegaConf.structured(load_model_module(model_name).Config)
-        return to_typed(OmegaConf.merge(schema, raw))
+        return to_typed(cast(DictConfig, OmegaConf.merge(schema, raw)))
     except RecrunnerError:
         raise
     except Exception as exc:

@@ -93,7 +93,7 @@ class Kube:
                 f"{_one_line(str(reason))}; check KUBECONFIG / cluster.context"))
         message = exc.reason or ""
         with contextlib.suppress(TypeError, ValueError, AttributeError):
-            message = json.loads(exc.body).get("message") or message
+            message = json.loads(exc.body or "").get("message") or message
         message = self._scrub(_one_line(str(message)))
         ns = ref.namespace or "(cluster scope)"
         what = f"cannot {action} {ref} in namespace {ns}"
@@ -262,7 +262,8 @@ class Kube:
         if tail is not None:
             kwargs["tail_lines"] = tail
         try:
-            resp = self.core.read_namespaced_pod_log(pod, namespace, **kwargs)
+            # _preload_content=False: the raw urllib3 response (typed as str), streamed below.
+            resp: Any = self.core.read_namespaced_pod_log(pod, namespace, **kwargs)
         except Exception as exc:
             if self._status(exc) == 404:
                 raise RecrunnerError(

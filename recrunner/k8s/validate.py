@@ -120,9 +120,8 @@ def validate_core(doc: dict[str, Any]) -> None:
 
 
 def default_crd_dir() -> Path:
-    from recrunner import REPO_ROOT
-
-    return REPO_ROOT.parent / "shared" / "k8s" / "crds"
+    """The upstream CRDs shipped in the package (crds/SOURCES.md says where each is from)."""
+    return Path(__file__).resolve().parent / "crds"
 
 
 @lru_cache(maxsize=8)

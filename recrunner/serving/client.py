@@ -30,7 +30,8 @@ class Labeled:
 
 
 def read_labeled(path: str | Path, limit: int) -> Labeled:
-    lines, labels = [], []
+    lines: list[bytes] = []
+    labels: list[float] = []
     try:
         with open(path, "rb") as f:
             for raw in itertools.islice(f, limit):

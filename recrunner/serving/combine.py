@@ -57,7 +57,8 @@ class Combiner:
 
     def _lead(self) -> None:
         with self._lock:
-            take, weight = [], 0
+            take: list[Job] = []
+            weight = 0
             for job in self._pending:
                 if take and weight + job.weight > self.max_weight:
                     break

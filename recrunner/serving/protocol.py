@@ -7,7 +7,7 @@ arrays reaching the predictor always have the export's dtypes, shapes and id ran
 import functools
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -163,7 +163,7 @@ def parse_inference(model: Model, body: bytes) -> InferenceRequest:
             names = {INT64: "0 (int64)", INT32: "2 (int32)", FLOAT32: "1 (float32)"}
             raise BadRequest(f"{name}: elem_type {elem_type!r} not accepted; use "
                              f"{' or '.join(names[a] for a in allowed)}")
-        field = DATA_FIELD[elem_type]
+        field = DATA_FIELD[cast(int, elem_type)]  # one of `allowed` by now
         if field not in t:
             raise BadRequest(f"{name}: elem_type {elem_type} needs its values in {field!r}")
         data = _numbers(t[field], f"{name}.{field}", integer=elem_type != FLOAT32)
@@ -334,18 +334,19 @@ def prepare_raw(model: Model, body: bytes, is_json: bool) -> RawRows:
     """Rows of /predict in the export's format, with its header and delimiter handled as
     `recrun predict` handles a file's first block."""
     block = raw_block(model, body, is_json)
+    fmt: CriteoFormat | SlotFormat
     if model.data_format == "criteo":
-        fmt = model.row_format
+        criteo = cast(CriteoFormat, model.row_format)
         head = block.split(b"\n", 1)[0]
         try:
-            delimiter = fmt.header_delimiter(head)
+            delimiter = criteo.header_delimiter(head)
         except ValueError as exc:
             raise BadRequest(f"line 1: {exc}") from exc
-        first = 1
+        fmt, first = criteo, 1
         if delimiter is not None:  # a header line, as files may have
-            fmt, block, first = fmt.with_delimiter(delimiter), block.split(b"\n", 1)[1], 2
+            fmt, block, first = criteo.with_delimiter(delimiter), block.split(b"\n", 1)[1], 2
         elif b"\t" not in head and b"," in head:
-            fmt = fmt.with_delimiter(",")
+            fmt = criteo.with_delimiter(",")
     else:
         fmt, first = model.row_format, 1
     lines = [ln.rstrip(b"\r") for ln in block.split(b"\n")]

@@ -32,7 +32,7 @@ def table_width(cfg: RootConfig) -> int:
 
 def dygraph_table(cfg: RootConfig) -> Any:
     """The id table of a dygraph run (sparse gradients when the model asks for them)."""
-    from models.rank.blocks import id_table
+    from recrunner.zoo.rank.blocks import id_table
 
     return id_table(table_rows(cfg), table_width(cfg), cfg.model.sparse_grad,
                     cfg.model.init_scale)

@@ -4,8 +4,8 @@ one embedding table."""
 import paddle
 import paddle.nn as nn
 
-from models.rank.blocks import Linear, embed_fields, mlp, split_rows
-from models.rank.deepfm.config import Config
+from ..blocks import Linear, embed_fields, mlp, split_rows
+from .config import Config
 
 
 class Net(nn.Layer):

@@ -3,6 +3,6 @@
 The network lives in `net.py` (imported on demand: importing paddle is slow).
 """
 
-from models.rank.wide_deep.config import Config
+from .config import Config
 
 __all__ = ["Config"]

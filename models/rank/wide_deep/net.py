@@ -3,8 +3,8 @@
 import paddle
 import paddle.nn as nn
 
-from models.rank.blocks import Linear, embed_fields, mlp, split_rows
-from models.rank.wide_deep.config import Config
+from ..blocks import Linear, embed_fields, mlp, split_rows
+from .config import Config
 
 
 class Net(nn.Layer):
