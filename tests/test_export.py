@@ -113,10 +113,9 @@ def run(request, tmp_path_factory, synth_data) -> Run:
 
 
 def test_every_engine_equals_the_trained_network(run: Run) -> None:
-    from recrunner.train.loop import predict_batches, preprocessor_for
-
     from recrunner.data.errors import RowErrors
     from recrunner.data.reader import iter_examples, rebatch
+    from recrunner.train.loop import predict_batches, preprocessor_for
 
     meta = json.loads((run.export / META_FILE).read_text())
     assert meta["model"] == run.cfg.model.name
