@@ -43,7 +43,7 @@ def main() -> None:
                     *([f"runner.threads={opts.threads}"] if opts.threads else [])])
         pre = preprocessor_for(cfg)
         best = 0.0
-        for _ in range(3):  # raw Criteo TSV -> hashed ids + transformed dense
+        for _ in range(3):  # raw TSV rows -> hashed ids + transformed dense
             start = time.perf_counter()
             rows = sum(len(b) for b in iter_examples(cfg.dataset, str(train), pre, RowErrors()))
             best = max(best, rows / (time.perf_counter() - start))

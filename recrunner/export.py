@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from recrunner.data.transform import NUM_DENSE, NUM_SPARSE, Preprocessor
+from recrunner.data.schema import Schema
 
 MODEL_PREFIX = "model"
 META_FILE = "export.json"
@@ -18,8 +18,8 @@ SPARSE_INPUT = "sparse_ids"
 OUTPUT = "prob"
 
 
-def save_export(net: Any, export_dir: str | Path, pre: Preprocessor, data_format: str,
-                model_name: str, extra: dict[str, Any] | None = None) -> Path:
+def save_export(net: Any, export_dir: str | Path, schema: Schema, model_name: str,
+                extra: dict[str, Any] | None = None) -> Path:
     """Save `net` (logits) as a probability model; replaces `export_dir` atomically."""
     import paddle
     import paddle.nn.functional as F
@@ -39,18 +39,18 @@ def save_export(net: Any, export_dir: str | Path, pre: Preprocessor, data_format
     model = WithProbability(net)
     model.eval()
     paddle.jit.save(model, str(tmp / MODEL_PREFIX), input_spec=[
-        InputSpec([None, NUM_DENSE], "float32", DENSE_INPUT),
-        InputSpec([None, NUM_SPARSE], "int64", SPARSE_INPUT),
+        InputSpec([None, schema.num_dense], "float32", DENSE_INPUT),
+        InputSpec([None, schema.sparse_width], "int64", SPARSE_INPUT),
     ])
     meta = {
         "model": model_name,
-        "format": data_format,
+        "format": schema.kind,
         "inputs": [
-            {"name": DENSE_INPUT, "dtype": "float32", "shape": [-1, NUM_DENSE]},
-            {"name": SPARSE_INPUT, "dtype": "int64", "shape": [-1, NUM_SPARSE]},
+            {"name": DENSE_INPUT, "dtype": "float32", "shape": [-1, schema.num_dense]},
+            {"name": SPARSE_INPUT, "dtype": "int64", "shape": [-1, schema.sparse_width]},
         ],
         "outputs": [{"name": OUTPUT, "dtype": "float32", "shape": [-1, 1]}],
-        "preprocess": pre.to_dict(),
+        "schema": schema.to_dict(),  # the preprocessing: columns, transforms, hashing
         **(extra or {}),
     }
     (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
@@ -74,8 +74,8 @@ class ExportedModel:
     predictor: Any
 
     @property
-    def preprocessor(self) -> Preprocessor:
-        return Preprocessor.from_dict(self.meta["preprocess"])
+    def schema(self) -> Schema:
+        return Schema.from_dict(self.meta["schema"])
 
     def predict(self, dense: np.ndarray, sparse_ids: np.ndarray) -> np.ndarray:
         """Click probabilities, float32 [N]."""

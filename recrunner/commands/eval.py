@@ -31,7 +31,7 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
         from recrunner.export import load_export
 
         model = load_export(args.export or Path(cfg.runner.output_dir) / "export")
-        blocks = iter_examples(cfg.dataset, cfg.dataset.test, model.preprocessor, errors)
+        blocks = iter_examples(cfg.dataset, cfg.dataset.test, model.schema, errors)
         labels, probs = [], []
         for batch in prefetch(rebatch(blocks, cfg.runner.eval_batch_size)):
             labels.append(batch.label)

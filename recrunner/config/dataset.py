@@ -5,6 +5,7 @@ from enum import StrEnum
 
 from omegaconf import MISSING
 
+
 class DataFormat(StrEnum):
     delimited = "delimited"  # raw rows: TSV/CSV laid out as dataset.schema.columns
     slot = "slot"  # PaddleRec lines: click:<y> dense_feature:<x>... <slot>:<id>... (ids hashed)

@@ -133,7 +133,8 @@ class DelimitedFormat:
             return fmt, 1
         if self.header == "true" or fields[0] == self.names[0]:
             # A header (or what starts like one) that does not name our columns.
-            bad = next((i for i, (a, b) in enumerate(zip(fields, self.names)) if a != b),
+            bad = next((i for i, (a, b) in enumerate(zip(fields, self.names, strict=False))
+                        if a != b),
                        min(len(fields), len(self.names)))
             got = repr(fields[bad]) if bad < len(fields) else "nothing"
             want = repr(self.names[bad]) if bad < len(self.names) else "no more columns"

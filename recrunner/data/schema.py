@@ -17,8 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from recrunner.config.dataset import (DataFormat, DatasetConfig, DenseTransform, SchemaConfig,
-                                      SparseFeature)
+from recrunner.config.dataset import (
+    DataFormat,
+    DatasetConfig,
+    DenseTransform,
+    SchemaConfig,
+    SparseFeature,
+)
 from recrunner.data.hashing import field_salt
 
 HEADER_CHOICES = ("true", "false", "auto")

@@ -103,7 +103,8 @@ class CollectiveTrainer(Trainer):
             # The tail: collect what is left on every rank, then train on it together.
             mine = [batch] if batch is not None else []
             mine += list(inner)
-            rest = Batch.concat(mine) if mine else Batch.empty()
+            rest = Batch.concat(mine) if mine else Batch.empty(self.pre.num_dense,
+                                                                   self.pre.sparse_width)
             tail = Batch(self.group.gather(rest.dense), self.group.gather(rest.sparse),
                          self.group.gather(rest.label))
             log.info("rank %d: %d tail rows trained by every rank together", self.group.rank,

@@ -23,7 +23,6 @@ import numpy as np
 from recrunner.config.schema import RootConfig
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import Shard, iter_examples, rebatch, unshard
-from recrunner.data.transform import NUM_DENSE, NUM_SPARSE
 from recrunner.fleet.roles import DistError, Role, check_port_free, wait_for_port
 from recrunner.train import checkpoint
 from recrunner.train.loop import build_net, model_fingerprint, preprocessor_for
@@ -69,8 +68,8 @@ def check_resumable(cfg: RootConfig, resuming: bool) -> None:
 class FleetEmbedding:
     """Stands in for the Net's nn.Embedding: a lookup in the servers' table."""
 
-    def __init__(self, num: int, dim: int, scale: float, geo: bool) -> None:
-        self.num, self.dim, self.scale, self.geo = num, dim, scale, geo
+    def __init__(self, num: int, dim: int, scale: float, geo: bool, width: int) -> None:
+        self.num, self.dim, self.scale, self.geo, self.width = num, dim, scale, geo, width
         self.output: Any = None
 
     def __call__(self, ids: Any) -> Any:
@@ -85,7 +84,7 @@ class FleetEmbedding:
             rows = paddle.static.nn.sparse_embedding(ids, size=[self.num, self.dim],
                                                      param_attr=attr)
         self.output = rows
-        return paddle.reshape(rows, [-1, NUM_SPARSE, self.dim])
+        return paddle.reshape(rows, [-1, self.width, self.dim])
 
 
 @dataclasses.dataclass
@@ -107,16 +106,17 @@ def build_graph(cfg: RootConfig) -> Graph:
 
     main, startup = paddle.static.Program(), paddle.static.Program()
     main.random_seed = startup.random_seed = cfg.runner.seed
+    schema = preprocessor_for(cfg)
     with paddle.static.program_guard(main, startup):
         label = paddle.static.data("label", [-1, 1], "float32")
-        dense = paddle.static.data("dense", [-1, NUM_DENSE], "float32")
+        dense = paddle.static.data("dense", [-1, schema.num_dense], "float32")
         ids = paddle.static.data("sparse_ids", [-1, 1], "int64", lod_level=1)
         # A 1-row table in the Net's own embedding: it is replaced before use.
         net = build_net(dataclasses.replace(cfg, model=dataclasses.replace(
             cfg.model, sparse_feature_number=1)))
         weight = net.embedding.weight
-        emb = FleetEmbedding(cfg.model.sparse_feature_number, weight.shape[1],
-                             cfg.model.init_scale, cfg.mode.sync_mode == "geo")
+        emb = FleetEmbedding(schema.table_rows, weight.shape[1], cfg.model.init_scale,
+                             cfg.mode.sync_mode == "geo", schema.sparse_width)
         del net._sub_layers["embedding"]
         object.__setattr__(net, "embedding", emb)
         logits = net(dense, ids)
@@ -198,7 +198,7 @@ class PsJob:
 
     def lod_ids(self, sparse: np.ndarray) -> Any:
         flat = np.ascontiguousarray(sparse.reshape(-1, 1), np.int64)
-        return self.paddle.base.create_lod_tensor(flat, [[NUM_SPARSE] * len(sparse)],
+        return self.paddle.base.create_lod_tensor(flat, [[self.pre.sparse_width] * len(sparse)],
                                                   self.paddle.CPUPlace())
 
     # --- training ----------------------------------------------------------------------
@@ -271,14 +271,14 @@ class PsJob:
     # --- the model as a dygraph Net ----------------------------------------------------
     def table_rows(self) -> np.ndarray:
         """The whole embedding table as the trainers see it (pulled from the servers)."""
-        n = self.cfg.model.sparse_feature_number
+        n, width = self.pre.table_rows, self.pre.sparse_width
         rows = []
-        per_batch = IDS_CHUNK // NUM_SPARSE
-        zeros = np.zeros((per_batch, NUM_DENSE), np.float32)
-        for start in range(0, n, per_batch * NUM_SPARSE):
-            ids = np.arange(start, min(start + per_batch * NUM_SPARSE, n), dtype=np.int64)
-            pad = (-len(ids)) % NUM_SPARSE
-            padded = np.concatenate([ids, np.zeros(pad, np.int64)]).reshape(-1, NUM_SPARSE)
+        per_batch = IDS_CHUNK // width
+        zeros = np.zeros((per_batch, self.pre.num_dense), np.float32)
+        for start in range(0, n, per_batch * width):
+            ids = np.arange(start, min(start + per_batch * width, n), dtype=np.int64)
+            pad = (-len(ids)) % width
+            padded = np.concatenate([ids, np.zeros(pad, np.int64)]).reshape(-1, width)
             b = len(padded)
             out = self.infer(self.g.embedding.output, zeros[:b], padded)
             rows.append(out[: len(ids)])

@@ -34,8 +34,7 @@ def rebuild(run_dir: Path) -> Path:
                              f"{sorted(set(state) ^ set(net.state_dict()))}")
     net.set_state_dict(state)
     extra = json.loads((dist / EXTRA).read_text())
-    return save_export(net, run_dir / "export", preprocessor_for(cfg), str(cfg.dataset.format),
-                       cfg.model.name, extra)
+    return save_export(net, run_dir / "export", preprocessor_for(cfg), cfg.model.name, extra)
 
 
 def rebuild_in_subprocess(run_dir: Path, timeout_s: float) -> None:

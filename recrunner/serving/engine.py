@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from recrunner.data.schema import Schema
 from recrunner.errors import RecrunnerError
 from recrunner.export import DENSE_INPUT, MODEL_PREFIX, SPARSE_INPUT, ExportedModel, load_export
 
@@ -114,10 +115,10 @@ def onnx_predict(path: Path, threads: int) -> PredictFn:
     return predict
 
 
-def _agreement(a: PredictFn, b: PredictFn, num_buckets: int) -> float:
+def _agreement(a: PredictFn, b: PredictFn, schema: Schema) -> float:
     rng = np.random.default_rng(0)
-    dense = rng.random((64, 13), dtype=np.float32) * 5
-    sparse = rng.integers(0, num_buckets, (64, 26), dtype=np.int64)
+    dense = rng.random((64, schema.num_dense), dtype=np.float32) * 5
+    sparse = rng.integers(0, schema.table_rows, (64, schema.sparse_width), dtype=np.int64)
     return float(np.abs(a(dense, sparse) - b(dense, sparse)).max())
 
 
@@ -130,7 +131,7 @@ def load_engine(model_dir: Path, engine: str, threads: int, workers: int) -> Eng
         return Engine("paddle", exported, paddle_fns)
     try:
         fn = onnx_predict(onnx_file(model_dir), threads)
-        diff = _agreement(fn, paddle_fns[0], exported.preprocessor.num_buckets)
+        diff = _agreement(fn, paddle_fns[0], exported.schema)
         if diff > AGREEMENT:
             raise RuntimeError(f"ONNX Runtime differs from paddle.inference by {diff:.2g}")
     except Exception as exc:

@@ -1,5 +1,6 @@
 """The training loop: stream batches, train, evaluate, checkpoint, export. Model-agnostic."""
 
+import dataclasses
 import json
 import logging
 import time
@@ -14,7 +15,7 @@ from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import iter_examples, prefetch, rebatch
-from recrunner.data.transform import NUM_DENSE, NUM_SPARSE, Preprocessor
+from recrunner.data.schema import Schema, schema_for
 from recrunner.export import save_export
 from recrunner.models import load_net_class
 from recrunner.runtime import import_paddle
@@ -26,19 +27,24 @@ from recrunner.train.progress import Progress
 log = logging.getLogger("recrunner.train")
 
 
-def preprocessor_for(cfg: RootConfig) -> Preprocessor:
-    return Preprocessor(cfg.model.sparse_feature_number, str(cfg.dataset.dense_transform),
-                        list(cfg.dataset.dense_min), list(cfg.dataset.dense_max))
+def preprocessor_for(cfg: RootConfig) -> Schema:
+    """The dataset's feature layout for this model (its hashed space)."""
+    return schema_for(cfg.dataset, cfg.model.sparse_feature_number)
 
 
 def build_net(cfg: RootConfig) -> Any:
-    return load_net_class(cfg.model.name)(cfg.model, NUM_DENSE, NUM_SPARSE)
+    schema = preprocessor_for(cfg)
+    # Private ranges and the padding row extend the table past the common hashed space.
+    model = cfg.model
+    if schema.table_rows != model.sparse_feature_number:
+        model = dataclasses.replace(model, sparse_feature_number=schema.table_rows)
+    return load_net_class(cfg.model.name)(model, schema.num_dense, schema.sparse_width)
 
 
 def model_fingerprint(cfg: RootConfig) -> dict[str, Any]:
     """What must match for a checkpoint to be resumable into this config."""
     return {"model": OmegaConf.to_container(OmegaConf.structured(cfg.model)),
-            "dense_transform": str(cfg.dataset.dense_transform)}
+            "schema": preprocessor_for(cfg).to_dict()}
 
 
 def predict_batches(net: Any, batches: Iterator[Batch]) -> tuple[np.ndarray, np.ndarray]:
@@ -183,8 +189,8 @@ class Trainer:
             metrics, skipped_rows=self.errors.count, export_dir=str(export_dir),
             mode=str(self.cfg.mode.name), world_size=self.group.world)
         if self.group.is_writer:
-            save_export(self.net, export_dir, self.pre, str(self.cfg.dataset.format),
-                        self.cfg.model.name, {"metrics": metrics})
+            save_export(self.net, export_dir, self.pre, self.cfg.model.name,
+                        {"metrics": metrics})
             (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
             log.info("export %s; %.0f examples/s", export_dir, self.progress.examples_per_sec())
         self.group.barrier()
