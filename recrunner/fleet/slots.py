@@ -3,7 +3,8 @@
 Each line holds, per slot in use_var order, `<count> <values...>`:
 `1 <label> <num_dense> <d1..> <sparse_width> <id1..>` (the feed wants counts, not
 `name:value` tokens). The rows come from the project's own reader (same parsing, hashing and
-dense transform as mode=local), and are written by pyarrow's CSV writer, so conversion runs at parsing speed.
+dense transform as mode=local), and are written by pyarrow's CSV writer, so conversion runs at
+parsing speed.
 """
 
 import hashlib
