@@ -180,6 +180,7 @@ def generate(path: str | Path, rows: int, seed: int, split: int, base_ctr: float
     header = schema.file.header.lower() == "true" or (
         schema.file.header.lower() == "auto" and delimiter != "\t")
     columns = resolve_columns(schema)
+    names = [f.name for f in schema.sparse]
     truth = np.empty(rows, np.float32)
     tmp = path.with_name(path.name + ".tmp")
     options = pacsv.WriteOptions(include_header=False, delimiter=delimiter, quoting_style="none")
@@ -201,10 +202,11 @@ def generate(path: str | Path, rows: int, seed: int, split: int, base_ctr: float
                 data[d.column or d.name] = pa.array(np.nan_to_num(col).astype(np.int64),
                                                     mask=np.isnan(col))
             for j, f in enumerate(schema.sparse):
-                if f.derive is None:
+                if f.derive is None:  # a shared table shares its owner's vocabulary
+                    vocab = names.index(f.table) if f.table else j
                     data[f.column or f.name] = (
-                        model.category_strings(j, cats[j]) if f.multi_value is None
-                        else model.multi_strings(j, cats[j], f.multi_value))
+                        model.category_strings(vocab, cats[j]) if f.multi_value is None
+                        else model.multi_strings(vocab, cats[j], f.multi_value))
             pacsv.write_csv(pa.table({c: data[c] for c in columns}), sink, options)
     np.save(str(path) + ".truth.npy", truth)
     tmp.rename(path)

@@ -23,7 +23,10 @@ def derive_value(kind: str, text: str) -> str:
     if len(text) != 8 or not text.isdigit():
         raise ValueError(f"expected YYMMDDHH, got {text!r}")
     hour = int(text[6:])
-    day = datetime.date(2000 + int(text[:2]), int(text[2:4]), int(text[4:6]))  # checks the date
+    try:
+        day = datetime.date(2000 + int(text[:2]), int(text[2:4]), int(text[4:6]))
+    except ValueError as exc:
+        raise ValueError(f"{text!r} is not a YYMMDDHH time: {exc}") from None
     if hour > 23:
         raise ValueError(f"hour {hour} of {text!r} is not 00..23")
     return f"{hour:02d}" if kind == "hour_of_day" else str(day.weekday())
