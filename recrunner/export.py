@@ -75,6 +75,11 @@ class ExportedModel:
 
     @property
     def schema(self) -> Schema:
+        from recrunner.errors import RecrunnerError
+
+        if "schema" not in self.meta:
+            raise RecrunnerError(f"{self.path} was exported before dataset schemas (no 'schema' "
+                                 f"in {META_FILE}); export it again with this version")
         return Schema.from_dict(self.meta["schema"])
 
     def predict(self, dense: np.ndarray, sparse_ids: np.ndarray) -> np.ndarray:

@@ -78,6 +78,10 @@ def validate_config(cfg: SchemaConfig) -> None:
     if cfg.slot.sparse_keys is not None and len(cfg.slot.sparse_keys) != len(cfg.sparse):
         raise ValueError(f"{key}.slot.sparse_keys needs one key per categorical feature "
                          f"({len(cfg.sparse)})")
+    both = {d.column or d.name for d in cfg.dense} & {s.column or s.name for s in cfg.sparse}
+    if both:
+        raise ValueError(f"{key}: column {sorted(both)[0]!r} is read by a dense and a categorical "
+                         "feature; a column is either")
     columns = resolve_columns(cfg)
     used = {cfg.label, *cfg.ignore, *(d.column or d.name for d in cfg.dense),
             *(s.column or s.name for s in cfg.sparse)}
@@ -197,6 +201,11 @@ class Schema:
                 "fields": [asdict(f) for f in self.fields], "table_rows": self.table_rows,
                 "pad_id": self.pad_id, "kind": self.kind, "delimiter": self.delimiter,
                 "header": self.header, "slot_keys": dict(self.slot_keys)}
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a trained model depends on (not the file layout it was read from)."""
+        data = self.to_dict()
+        return {k: data[k] for k in ("dense", "fields", "table_rows", "pad_id")}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Schema":

@@ -44,7 +44,7 @@ def build_net(cfg: RootConfig) -> Any:
 def model_fingerprint(cfg: RootConfig) -> dict[str, Any]:
     """What must match for a checkpoint to be resumable into this config."""
     return {"model": OmegaConf.to_container(OmegaConf.structured(cfg.model)),
-            "schema": preprocessor_for(cfg).to_dict()}
+            "schema": preprocessor_for(cfg).fingerprint()}
 
 
 def predict_batches(net: Any, batches: Iterator[Batch]) -> tuple[np.ndarray, np.ndarray]:
