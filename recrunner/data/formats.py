@@ -270,7 +270,7 @@ class SlotFormat:
                 return f"token {i + 1} should be {key}:<value>, got {token!r}"
             if i == 0 and self.labeled and value not in ("0", "1"):
                 return f"{key} must be 0 or 1, got {value!r}"
-            if first_sparse > i >= self.labeled and not NUMBER.match(value):
+            if int(self.labeled) <= i < first_sparse and not NUMBER.match(value):
                 return f"{key} ({self.feature[i]}) is not a number: {value!r}"
             if i >= first_sparse:
                 j = i - first_sparse
