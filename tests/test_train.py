@@ -86,6 +86,16 @@ def test_eval_and_predict_commands_agree_with_training(trained: Path, synth_data
     labeled.write_text("\n".join(rows) + "\n")
     again = recrun("predict", "--labeled", "--input", str(labeled), f"runner.output_dir={trained}")
     assert len(probs) == 5 and probs == [float(x) for x in again.stdout.split()]
+    # Label-less rows with the schema's header line (as CSV): the same predictions.
+    from recrunner.export import load_export
+
+    names = load_export(trained / "export").schema.names(labeled=False)
+    with_header = tmp_path / "rows.csv"
+    with_header.write_text("\n".join([",".join(names)] + [r.split("\t", 1)[1].replace(
+        "\t", ",") for r in rows]) + "\n")
+    third = recrun("predict", "--input", str(with_header), f"runner.output_dir={trained}")
+    assert third.returncode == 0, third.stderr
+    assert probs == [float(x) for x in third.stdout.split()]
 
 
 def test_kill_and_resume_ends_like_an_uninterrupted_run(trained: Path, synth_data,
