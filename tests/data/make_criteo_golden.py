@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
 from recrunner.config.dataset import DataFormat, DatasetConfig
 from recrunner.data.errors import RowErrors
 from recrunner.data.formats import CriteoFormat
