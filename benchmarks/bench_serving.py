@@ -98,13 +98,13 @@ def main() -> None:
     if args.export is None:
         args.export, args.data = make_model(Path(tmp.name))
     from recrunner.data.errors import RowErrors
-    from recrunner.data.formats import CriteoFormat
+    from recrunner.data.formats import row_format
     from recrunner.data.reader import parse_block
     from recrunner.export import load_export
 
     data = client.read_labeled(args.data, 20_000)
-    pre = load_export(args.export).preprocessor
-    batch = parse_block(CriteoFormat(pre, labeled=False), b"\n".join(data.lines) + b"\n",
+    schema = load_export(args.export).schema
+    batch = parse_block(row_format(schema, labeled=False), b"\n".join(data.lines) + b"\n",
                         str(args.data), 1, RowErrors("fail"))
     results: list[dict[str, Any]] = []
     for engine in args.engines.split(","):

@@ -16,7 +16,7 @@ from recrunner.config.compose import load
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import iter_examples
 from recrunner.data.synth import generate
-from recrunner.train.build import preprocessor_for
+from recrunner.train.build import dataset_schema
 from recrunner.train.driver import train_local
 
 
@@ -42,9 +42,9 @@ def main() -> None:
                     f"runner.output_dir={tmp}/run", "runner.progress=false",
                     f"runner.batch_size={opts.batch_size}",
                     *([f"runner.threads={opts.threads}"] if opts.threads else [])])
-        pre = preprocessor_for(cfg)
+        pre = dataset_schema(cfg)
         best = 0.0
-        for _ in range(3):  # raw Criteo TSV -> hashed ids + transformed dense
+        for _ in range(3):  # raw TSV rows -> hashed ids + transformed dense
             start = time.perf_counter()
             rows = sum(len(b) for b in iter_examples(cfg.dataset, str(train), pre, RowErrors()))
             best = max(best, rows / (time.perf_counter() - start))

@@ -1,4 +1,5 @@
-"""Readers for both formats, CSV with a header, gzip, fsspec URLs, bad rows, sharding, hashing."""
+"""Readers for both formats, CSV with a header, gzip, fsspec URLs, bad rows, sharding, hashing
+(the Criteo schema; tests/test_schema.py covers other schemas)."""
 
 import gzip
 import subprocess
@@ -10,22 +11,26 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from recrunner.config.dataset import DataFormat, DatasetConfig, OnError
+from recrunner.config.dataset import DatasetConfig, OnError
 from recrunner.data.errors import DataError, RowErrors
 from recrunner.data.hashing import field_salt, hash_strings, hash_to_buckets
 from recrunner.data.reader import Shard, iter_examples, unshard
-from recrunner.data.transform import DENSE_NAMES, SPARSE_NAMES, Preprocessor
-from tests.conftest import shared_file
+from recrunner.data.schema import Schema, load_schema_config
+from tests.conftest import SHARED, shared_file
 
-PRE = Preprocessor(1_000_001, "log")
+CRITEO = load_schema_config("criteo")
+PRE = Schema.from_config(CRITEO, 1_000_001)
+ND, NS = PRE.num_dense, PRE.sparse_width
+SLOT = Schema.from_config(CRITEO, 1_000_001, "slot", "none")
+MINMAX = Schema.from_config(CRITEO, 1_000_001, dense_transform="minmax")
 
 
 def rows(n: int, seed: int = 0) -> list[list[str]]:
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
-        dense = [str(v) if v >= 0 else "" for v in rng.integers(-2, 50, 13)]
-        cats = [f"{v:08x}" if v % 7 else "" for v in rng.integers(0, 2**32, 26)]
+        dense = [str(v) if v >= 0 else "" for v in rng.integers(-2, 50, ND)]
+        cats = [f"{v:08x}" if v % 7 else "" for v in rng.integers(0, 2**32, NS)]
         out.append([str(int(rng.random() < 0.3)), *dense, *cats])
     return out
 
@@ -36,10 +41,10 @@ def write(path, lines: list[str], opener=open) -> str:
     return str(path)
 
 
-def read_all(spec: str, fmt: DataFormat = DataFormat.criteo, errors: RowErrors | None = None,
-             shard: Shard | None = None, block_bytes: int = 1 << 20, pre: Preprocessor = PRE):
-    cfg = DatasetConfig(name="t", train=spec, test=spec, format=fmt, block_bytes=block_bytes)
-    batches = list(iter_examples(cfg, spec, pre, errors or RowErrors(), shard))
+def read_all(spec: str, pre: Schema = PRE, errors: RowErrors | None = None,
+             shard: Shard | None = None, block_bytes: int = 1 << 20, labeled: bool = True):
+    cfg = DatasetConfig(name="t", train=spec, test=spec, schema=CRITEO, block_bytes=block_bytes)
+    batches = list(iter_examples(cfg, spec, pre, errors or RowErrors(), shard, labeled))
     dense = np.concatenate([b.dense for b in batches])
     sparse = np.concatenate([b.sparse for b in batches])
     label = np.concatenate([b.label for b in batches])
@@ -49,10 +54,10 @@ def read_all(spec: str, fmt: DataFormat = DataFormat.criteo, errors: RowErrors |
 def expected(table: list[list[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Row-by-row reference of the preprocessing (slow, obviously correct)."""
     label = np.array([float(r[0]) for r in table], np.float32)
-    dense = np.array([[np.log1p(max(float(v), 0)) if v else 0.0 for v in r[1:14]] for r in table],
-                     np.float32)
-    sparse = np.array([[int(hash_strings(pa.array([v]), field_salt(SPARSE_NAMES[j]))[0]
-                            % np.uint64(1_000_001)) for j, v in enumerate(r[14:])]
+    dense = np.array([[np.log1p(max(float(v), 0)) if v else 0.0 for v in r[1:1 + ND]]
+                      for r in table], np.float32)
+    sparse = np.array([[int(hash_strings(pa.array([v]), field_salt(PRE.fields[j].name))[0]
+                            % np.uint64(1_000_001)) for j, v in enumerate(r[1 + ND:])]
                        for r in table])
     return dense, sparse, label
 
@@ -69,7 +74,7 @@ def test_criteo_tsv_matches_reference(tmp_path) -> None:
 def test_csv_with_header_gzip_and_memory_url(tmp_path) -> None:
     table = rows(200, seed=1)
     want = read_all(write(tmp_path / "plain.tsv", ["\t".join(r) for r in table]))
-    header = ",".join(["label", *DENSE_NAMES, *SPARSE_NAMES])
+    header = ",".join(PRE.columns)
     csv_lines = [header] + [",".join(r) for r in table]
     csv = read_all(write(tmp_path / "a.csv", csv_lines))
     gz = read_all(write(tmp_path / "a.csv.gz", csv_lines, gzip.open))
@@ -90,12 +95,13 @@ def test_directory_and_glob_read_every_file(tmp_path) -> None:
 
 def test_paddlerec_slot_sample() -> None:
     path = shared_file("data/paddlerec_wide_deep_sample_train.txt")
-    dense, sparse, label = read_all(str(path), DataFormat.slot)
+    dense, sparse, label = read_all(str(path), SLOT)
     first = path.read_text().splitlines()[0].split()
     assert len(label) == 80 and set(np.unique(label)) <= {0.0, 1.0}
     assert label[0] == float(first[0].split(":")[1])
-    np.testing.assert_allclose(dense[0], [float(t.split(":")[1]) for t in first[1:14]], rtol=1e-6)
-    assert sparse[0].tolist() == [int(t.split(":")[1]) for t in first[14:]]
+    np.testing.assert_allclose(dense[0], [float(t.split(":")[1]) for t in first[1:1 + ND]],
+                               rtol=1e-6)
+    assert sparse[0].tolist() == [int(t.split(":")[1]) for t in first[1 + ND:]]
 
 
 def bad_file(tmp_path) -> tuple[str, int]:
@@ -108,7 +114,9 @@ def bad_file(tmp_path) -> tuple[str, int]:
 
 def test_malformed_rows_fail_with_file_and_line(tmp_path) -> None:
     path, _ = bad_file(tmp_path)
-    with pytest.raises(DataError, match=r"bad.tsv:5: expected 40 columns, got 38"):
+    n = len(PRE.columns)
+    with pytest.raises(DataError, match=rf"bad.tsv:5: expected {n} columns, got {n - 2} "
+                                        rf"\(no {PRE.columns[-2]}, {PRE.columns[-1]}\)"):
         read_all(path)
 
 
@@ -130,10 +138,11 @@ def test_slot_format_errors_name_the_line(tmp_path) -> None:
     lines[3] = lines[3].replace("click:", "clack:")
     bad = write(tmp_path / "slot.txt", lines)
     with pytest.raises(DataError, match=r"slot.txt:4: token 1 should be click"):
-        read_all(bad, DataFormat.slot)
-    small = Preprocessor(1000)
-    with pytest.raises(DataError, match=r"slot2.txt:1: slot 1 id \d+ is out of range"):
-        read_all(write(tmp_path / "slot2.txt", lines[:1]), DataFormat.slot, pre=small)
+        read_all(bad, SLOT)
+    small = Schema.from_config(CRITEO, 1000, "slot", "none")
+    with pytest.raises(DataError, match=r"slot2.txt:1: slot 1 id \d+ is out of range "
+                                        r"\[0, 1000\) of C1"):
+        read_all(write(tmp_path / "slot2.txt", lines[:1]), small)
 
 
 def test_shards_are_disjoint_and_complete(tmp_path) -> None:
@@ -175,11 +184,11 @@ def test_hash_dictionary_path_equals_plain_and_fields_are_salted() -> None:
 
 
 def test_dense_minmax_matches_paddlerec_scaling() -> None:
-    cfg = DatasetConfig(name="t", train="", test="")
-    pre = Preprocessor(10, "minmax", cfg.dense_min, cfg.dense_max)
-    raw = np.array([[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, np.nan]], np.float32)
-    out = pre.dense(raw.copy())
-    assert out[0, 1] == pytest.approx(3 / 603) and out[0, 12] == 0.0
+    raw = np.zeros((1, ND), np.float32)
+    raw[0, -1] = np.nan
+    out = MINMAX.transform_dense(raw)
+    i2 = MINMAX.dense_names.index("I2")  # PaddleRec: min -3, max 600
+    assert out[0, i2] == pytest.approx(3 / 603) and out[0, -1] == 0.0
 
 
 def test_on_error_policy_config_value() -> None:
@@ -192,7 +201,7 @@ def test_small_block_path_equals_the_pyarrow_path(monkeypatch, labeled: bool) ->
 
     table = rows(60, seed=5)
     text = "\n".join("\t".join(r if labeled else r[1:]) for r in table) + "\n"
-    fmt = formats.CriteoFormat(PRE, labeled=labeled)
+    fmt = formats.row_format(PRE, labeled=labeled)
     small = fmt.parse(text.encode())
     monkeypatch.setattr(formats, "SMALL_BLOCK_BYTES", 0)
     big = fmt.parse(text.encode())
@@ -204,24 +213,26 @@ def test_small_block_path_equals_the_pyarrow_path(monkeypatch, labeled: bool) ->
         fmt.parse(text.replace("\t", "\tx", 1).encode() if labeled else b"1\t2\n")
 
 
-def test_criteo_to_slot_tool_round_trips(tmp_path) -> None:
+def load_tool():  # noqa: ANN201
     import importlib.util
 
     from tests.conftest import REPO
 
-    spec = importlib.util.spec_from_file_location("criteo_to_slot",
-                                                  REPO / "tools" / "criteo_to_slot.py")
+    spec = importlib.util.spec_from_file_location("to_slot", REPO / "tools" / "to_slot.py")
     assert spec is not None and spec.loader is not None
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
+    return tool
+
+
+def test_to_slot_tool_round_trips(tmp_path) -> None:
+    tool = load_tool()
     table = rows(500, seed=6)
     raw = write(tmp_path / "raw.tsv", ["\t".join(r) for r in table])
     slot = tmp_path / "slot.txt"
-    assert tool.main([raw, str(slot), "--buckets", "1000001"]) == 0
-    cfg = DatasetConfig(name="t", train="", test="")
-    minmax = Preprocessor(1_000_001, "minmax", cfg.dense_min, cfg.dense_max)
-    want = read_all(raw, pre=minmax)
-    got = read_all(str(slot), DataFormat.slot, pre=minmax)
+    assert tool.main([raw, str(slot), "--buckets", "1000001", "--transform", "minmax"]) == 0
+    want = read_all(raw, MINMAX)
+    got = read_all(str(slot), SLOT)
     for a, b in zip(want, got, strict=True):
         np.testing.assert_array_equal(a, b)
     assert slot.read_text().startswith(f"click:{table[0][0]} dense_feature:")
@@ -236,12 +247,13 @@ def test_reading_streams_memory_does_not_grow_with_the_file(tmp_path) -> None:
     code = ("import os, sys; from recrunner.config.dataset import DatasetConfig;"
             "from recrunner.data.errors import RowErrors;"
             "from recrunner.data.reader import iter_examples;"
-            "from recrunner.data.transform import Preprocessor;"
+            "from recrunner.data.schema import Schema, load_schema_config;"
             "rss = lambda: int(open('/proc/self/statm').read().split()[1]) * os.sysconf("
             "'SC_PAGE_SIZE');"
             "cfg = DatasetConfig(name='t', train='', test='', block_bytes=1 << 20);"
+            "pre = Schema.from_config(load_schema_config('criteo'), 1000001);"
             "n, first, peak = 0, None, 0\n"
-            "for b in iter_examples(cfg, sys.argv[1], Preprocessor(1000001), RowErrors()):\n"
+            "for b in iter_examples(cfg, sys.argv[1], pre, RowErrors()):\n"
             "    n += len(b); first = first or rss(); peak = max(peak, rss())\n"
             "print(n, (peak - first) / 2**20)")
     path = tmp_path / "big.tsv"
@@ -251,3 +263,54 @@ def test_reading_streams_memory_does_not_grow_with_the_file(tmp_path) -> None:
     assert int(out[0]) == 320_000
     assert path.stat().st_size > 70 * 2**20
     assert float(out[1]) < 24, f"resident memory grew {out[1]} MiB while reading"
+
+
+def _sha(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _digests(batches) -> dict[str, str]:  # noqa: ANN001
+    batches = list(batches)
+    return {k: _sha(np.ascontiguousarray(np.concatenate([getattr(b, k) for b in batches]))
+                    .tobytes()) for k in ("dense", "sparse", "label")}
+
+
+def test_criteo_outputs_equal_the_pre_schema_code(tmp_path) -> None:
+    """Synthetic files, parsed tensors (every transform, both parse paths, unlabeled rows),
+    slot conversion: digests of what the code before schemas produced
+    (tests/data/make_criteo_golden.py, run at commit c0600e7)."""
+    import json
+
+    from recrunner.data.formats import row_format
+    from recrunner.data.synth import generate
+    from tests.conftest import REPO
+
+    want = json.loads((REPO / "tests" / "data" / "criteo_golden.json").read_text())
+    train, test = tmp_path / "train.tsv", tmp_path / "test.tsv"
+    generate(train, 3000, 7, 0)
+    generate(test, 1000, 11, 1, 0.1)
+    got = {}
+    for key, path in (("synth_train", train), ("synth_test", test)):
+        got[key] = _sha(path.read_bytes())
+        got[key + "_truth"] = _sha((tmp_path / f"{path.name}.truth.npy").read_bytes())
+    cfg = DatasetConfig(name="g", train=str(train), test=str(test), schema=CRITEO,
+                        block_bytes=64 << 10)
+    got["parse_log"] = _digests(iter_examples(cfg, str(train), PRE, RowErrors()))
+    minmax = Schema.from_config(CRITEO, 10007, dense_transform="minmax")
+    got["parse_minmax_10007"] = _digests(iter_examples(cfg, str(test), minmax, RowErrors()))
+    none = Schema.from_config(CRITEO, 1_000_001, dense_transform="none")
+    got["parse_none"] = _digests(iter_examples(cfg, str(test), none, RowErrors()))
+    lines = train.read_text().splitlines()[:40]
+    unlabeled = "\n".join(ln.split("\t", 1)[1] for ln in lines) + "\n"
+    got["small_unlabeled"] = _digests([row_format(PRE, labeled=False).parse(unlabeled.encode())])
+    slot = tmp_path / "slot.txt"
+    load_tool().main([str(train), str(slot), "--buckets", "1000001", "--transform", "minmax"])
+    got["slot_file"] = _sha(slot.read_bytes())
+    shared = SHARED / "data" / "paddlerec_wide_deep_sample_train.txt"
+    if shared.exists():  # only in the project's workspace and CI
+        got["shared_slot_sample"] = _digests(iter_examples(cfg, str(shared), SLOT, RowErrors()))
+    else:
+        del want["shared_slot_sample"]
+    assert got == want

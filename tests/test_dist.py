@@ -101,7 +101,7 @@ def test_ps_trains_and_exports(synth_data: dict[str, str], tmp_path: Path) -> No
     from recrunner.config.dataset import DatasetConfig
 
     ds = DatasetConfig(name="t", train=synth_data["train"], test=synth_data["test"])
-    test = Batch.concat(list(iter_examples(ds, ds.test, model.preprocessor,
+    test = Batch.concat(list(iter_examples(ds, ds.test, model.schema,
                                            RowErrors("fail", 5))))
     probs = model.predict(test.dense, test.sparse)
     trainers = np.load(run / "predictions.npz")

@@ -15,7 +15,6 @@ import pytest
 
 from recrunner.config.compose import load
 from recrunner.config.schema import RootConfig
-from recrunner.data.transform import Preprocessor
 from recrunner.errors import RecrunnerError
 from recrunner.export import (
     META_FILE,
@@ -70,7 +69,9 @@ def test_paddle_inference_inplace_pass_miscompiles_a_tiny_network(tmp_path, monk
 
 
 def test_probe_inputs_follow_the_spec() -> None:
-    pre = Preprocessor(101, "log")
+    from recrunner.train.build import dataset_schema
+
+    pre = dataset_schema(load(["dataset=criteo", "model.sparse_feature_number=101"]))
     spec = [{"name": "dense", "dtype": "float32", "shape": [-1, 13]},
             {"name": "ids", "dtype": "int64", "shape": [-1, 5]}]
     dense, ids = probe_inputs(spec, pre, rows=50)
@@ -102,20 +103,25 @@ class Run:
 
 @pytest.fixture(scope="module", params=["wide_deep", "deepfm"])
 def run(request, tmp_path_factory, synth_data) -> Run:
-    from recrunner.train.loop import Trainer
+    from recrunner.data.reader import Shard
+    from recrunner.train.driver import RunDriver
+    from recrunner.train.dygraph import DygraphEngine
+    from recrunner.train.group import LocalGroup
+    from recrunner.train.reading import Reader
 
     out = tmp_path_factory.mktemp(request.param)
     cfg = load([f"model={request.param}", *SMALL_MODEL, *data_overrides(synth_data),
                 "runner.epochs=1", f"runner.output_dir={out}"])
-    trainer = Trainer(cfg)
-    trainer.run()
-    return Run(cfg, trainer.net, out)
+    group, reader = LocalGroup(), Reader(cfg, Shard())
+    engine = DygraphEngine(cfg, group, reader)
+    RunDriver(cfg, engine, group, reader).run()
+    return Run(cfg, engine.net, out)
 
 
 def test_every_engine_equals_the_trained_network(run: Run) -> None:
     from recrunner.data.errors import RowErrors
     from recrunner.data.reader import iter_examples, rebatch
-    from recrunner.train.loop import predict_batches, preprocessor_for
+    from recrunner.train.build import dataset_schema, net_predictor
 
     meta = json.loads((run.export / META_FILE).read_text())
     assert meta["model"] == run.cfg.model.name
@@ -123,8 +129,9 @@ def test_every_engine_equals_the_trained_network(run: Run) -> None:
     assert all(r["ok"] and r["max_abs_diff"] <= TOLERANCE
                for r in meta["check"]["engines"].values())
     batch = next(rebatch(iter_examples(run.cfg.dataset, run.cfg.dataset.test,
-                                       preprocessor_for(run.cfg), RowErrors()), 2000))
-    _, dygraph = predict_batches(run.net, iter([batch]))
+                                       dataset_schema(run.cfg), RowErrors()), 2000))
+    run.net.eval()  # type: ignore[attr-defined]
+    dygraph = net_predictor(run.net)(batch)
     names = ["dense", "sparse_ids"]
     for engine in engines.ENGINES:
         fn = engines.make_predict(engine, run.export, 1, names)
@@ -149,7 +156,7 @@ def test_eval_of_the_export_equals_eval_of_the_checkpoint(run: Run, capsys) -> N
 
 
 def test_an_engine_that_disagrees_fails_the_export(run: Run, tmp_path, monkeypatch) -> None:
-    pre = Preprocessor.from_dict(load_export(run.export).meta["preprocess"])
+    pre = load_export(run.export).schema
     onnx_predict = engines.onnx_predict
 
     def off_by_1e3(*args: object) -> engines.PredictFn:
@@ -160,7 +167,7 @@ def test_an_engine_that_disagrees_fails_the_export(run: Run, tmp_path, monkeypat
     target = tmp_path / "export"
     with pytest.raises(ExportCheckError, match=r"ONNX Runtime differs from the trained network "
                                                r"by 0\.001") as err:
-        save_export(run.net, target, pre, "criteo", run.cfg.model.name)
+        save_export(run.net, target, pre, run.cfg.model.name)
     assert "\n" not in str(err.value) and "paddle.inference" not in str(err.value)
     assert not target.exists() and list(tmp_path.iterdir()) == []  # nothing that looks valid
 
@@ -170,12 +177,12 @@ def test_deepfm_without_the_fix_fails_its_export(run: Run, tmp_path, monkeypatch
     the self-check catches it (Wide & Deep happens to have no op it hits)."""
     if run.cfg.model.name != "deepfm":
         pytest.skip("Wide & Deep has no in-place-able op reading a shared oneDNN output")
-    pre = load_export(run.export).preprocessor
+    pre = load_export(run.export).schema
     monkeypatch.setattr(engines, "BROKEN_PASSES", ())
     with pytest.raises(ExportCheckError, match="paddle.inference differs from the trained"):
         load_export(run.export)  # the verified export, in the broken engine
     with pytest.raises(ExportCheckError, match="paddle.inference differs from the trained"):
-        save_export(run.net, tmp_path / "export", pre, "criteo", "deepfm")
+        save_export(run.net, tmp_path / "export", pre, "deepfm")
     assert not (tmp_path / "export").exists()
     # An export from before the self-check (no probe): the engines disagree, so none is trusted.
     shutil.rmtree(run.export.with_name("old"), ignore_errors=True)

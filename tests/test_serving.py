@@ -19,7 +19,7 @@ import yaml
 
 from recrunner.config.compose import load
 from recrunner.data.errors import RowErrors
-from recrunner.data.formats import CriteoFormat
+from recrunner.data.formats import row_format
 from recrunner.data.reader import parse_block
 from recrunner.export import load_export
 from recrunner.k8s.validate import default_crd_dir, validate_documents
@@ -53,7 +53,7 @@ def rows(synth_data: dict[str, str]) -> client.Labeled:
 def offline(export_dir: Path, rows: client.Labeled) -> dict[str, np.ndarray]:
     """What `recrun predict` computes: the export's preprocessing, then paddle.inference."""
     model = load_export(export_dir)
-    batch = parse_block(CriteoFormat(model.preprocessor, labeled=False),
+    batch = parse_block(row_format(model.schema, labeled=False),
                         b"\n".join(rows.lines) + b"\n", "rows", 1, RowErrors("fail"))
     return {"dense": batch.dense, "sparse": batch.sparse,
             "probs": model.predict(batch.dense, batch.sparse)}
@@ -122,7 +122,7 @@ def test_predict_raw_rows_equal_offline(server: Server, rows: client.Labeled,
     assert status == 200, data
     np.testing.assert_allclose(json.loads(data)["predictions"], want, atol=ATOL)
     # The same rows as JSON objects (numbers as numbers, empty cells left out) and as strings.
-    names = protocol.COLUMNS
+    names = server.app.model.schema.names(labeled=False)
     objects = []
     for line in rows.lines[:40]:
         obj: dict[str, Any] = {}

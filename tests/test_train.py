@@ -108,13 +108,13 @@ def test_the_best_epoch_is_exported_and_early_stopping_ends_the_run(synth_data,
     final = np.load(best_run / "predictions.npz")
     rows = [ln.split(b"\t", 1)[1] for ln in Path(synth_data["test"]).read_bytes().split(b"\n")[:50]]
     from recrunner.data.errors import RowErrors
-    from recrunner.data.formats import CriteoFormat
+    from recrunner.data.formats import row_format
     from recrunner.data.reader import parse_block
 
-    batch = parse_block(CriteoFormat(exported.preprocessor, labeled=False),
+    batch = parse_block(row_format(exported.schema, labeled=False),
                         b"\n".join(rows) + b"\n", "rows", 1, RowErrors())
-    np.testing.assert_allclose(exported.predict(batch.dense, batch.sparse), final["prob"][:50],
-                               atol=1e-5)
+    np.testing.assert_allclose(exported.predict_batch(batch.dense, batch.sparse),
+                               final["prob"][:50], atol=1e-5)
     proc = recrun(*train_args(synth_data, last_run, *overfit, "runner.export=last"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((last_run / "summary.json").read_text())
@@ -128,10 +128,10 @@ def test_export_matches_checkpoint_in_paddle_inference(trained: Path, synth_data
     from recrunner.data.errors import RowErrors
     from recrunner.data.reader import iter_examples
     from recrunner.export import load_export
-    from recrunner.train.build import build_net, net_predictor, preprocessor_for
+    from recrunner.train.build import build_net, dataset_schema, net_predictor
 
     cfg = load([f"runner.output_dir={trained}", *SMALL_MODEL, *data_overrides(synth_data)])
-    batch = next(iter_examples(cfg.dataset, cfg.dataset.test, preprocessor_for(cfg), RowErrors()))
+    batch = next(iter_examples(cfg.dataset, cfg.dataset.test, dataset_schema(cfg), RowErrors()))
     exported = load_export(trained / "export").predict(batch.dense, batch.sparse)
     net = build_net(cfg)
     latest = checkpoint.latest(trained)
@@ -159,6 +159,16 @@ def test_eval_and_predict_commands_agree_with_training(trained: Path, synth_data
     labeled.write_text("\n".join(rows) + "\n")
     again = recrun("predict", "--labeled", "--input", str(labeled), f"runner.output_dir={trained}")
     assert len(probs) == 5 and probs == [float(x) for x in again.stdout.split()]
+    # Label-less rows with the schema's header line (as CSV): the same predictions.
+    from recrunner.export import load_export
+
+    names = load_export(trained / "export").schema.names(labeled=False)
+    with_header = tmp_path / "rows.csv"
+    with_header.write_text("\n".join([",".join(names)] + [r.split("\t", 1)[1].replace(
+        "\t", ",") for r in rows]) + "\n")
+    third = recrun("predict", "--input", str(with_header), f"runner.output_dir={trained}")
+    assert third.returncode == 0, third.stderr
+    assert probs == [float(x) for x in third.stdout.split()]
 
 
 def test_kill_and_resume_ends_like_an_uninterrupted_run(trained: Path, synth_data,

@@ -12,7 +12,7 @@ KEYS = ["serving.host", "serving.port", "serving.model_dir", "runner.output_dir"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, metavar="FILE",
-                        help="labeled Criteo TSV rows (label, I1..I13, C1..C26)")
+                        help="labeled TSV rows: the label, a tab, then the label-less row")
     parser.add_argument("--batch-size", type=int, default=1, metavar="B", help="rows a request")
     parser.add_argument("--iterations", type=int, default=1000, metavar="N",
                         help="measured requests")
@@ -91,9 +91,9 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
 
 def _tensors(cfg: RootConfig, args: argparse.Namespace, lines: list[bytes]):  # noqa: ANN202
     from recrunner.data.errors import RowErrors
-    from recrunner.data.formats import CriteoFormat
+    from recrunner.data.formats import row_format
     from recrunner.data.reader import parse_block
-    from recrunner.data.transform import Preprocessor
+    from recrunner.data.schema import Schema
     from recrunner.export import META_FILE
 
     export = Path(args.export or cfg.serving.model_dir or Path(cfg.runner.output_dir) / "export")
@@ -101,7 +101,7 @@ def _tensors(cfg: RootConfig, args: argparse.Namespace, lines: list[bytes]):  # 
     if not meta_path.is_file():
         raise RecrunnerError(f"--endpoint {args.endpoint} preprocesses rows here and needs the "
                              f"export's {META_FILE}: {meta_path} not found (set --export)")
-    pre = Preprocessor.from_dict(json.loads(meta_path.read_text())["preprocess"])
-    batch = parse_block(CriteoFormat(pre, labeled=False), b"\n".join(lines) + b"\n",
+    schema = Schema.from_dict(json.loads(meta_path.read_text())["schema"])
+    batch = parse_block(row_format(schema, labeled=False), b"\n".join(lines) + b"\n",
                         args.data, 1, RowErrors("fail"))
     return batch.dense, batch.sparse

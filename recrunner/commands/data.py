@@ -10,7 +10,7 @@ from recrunner.config.schema import RootConfig
 from recrunner.data.errors import RowErrors
 from recrunner.data.prepare import generate_synth
 from recrunner.data.reader import iter_examples
-from recrunner.train.build import preprocessor_for
+from recrunner.train.build import dataset_schema
 
 KEYS = ["dataset.train", "dataset.test", "dataset.format", "dataset.synth.train_rows",
         "dataset.synth.test_rows", "dataset.synth.seed"]
@@ -30,7 +30,7 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     errors = RowErrors(str(cfg.dataset.on_error), cfg.dataset.max_logged_errors)
     rows, clicks = 0, 0.0
     start = time.perf_counter()
-    for batch in iter_examples(cfg.dataset, cfg.dataset.train, preprocessor_for(cfg), errors):
+    for batch in iter_examples(cfg.dataset, cfg.dataset.train, dataset_schema(cfg), errors):
         rows += len(batch)
         clicks += float(np.sum(batch.label))
     seconds = time.perf_counter() - start

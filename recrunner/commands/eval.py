@@ -34,10 +34,10 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
         from recrunner.export import load_export
 
         model = load_export(args.export or Path(cfg.runner.output_dir) / "export")
-        reader.pre = model.preprocessor  # the export's own preprocessing
+        reader.schema = model.schema  # the export's own preprocessing
 
         def predict(batch: Batch) -> np.ndarray:
-            return model.predict(batch.dense, batch.sparse)
+            return model.predict_batch(batch.dense, batch.sparse)
 
     labels, probs = reader.predict(cfg.dataset.test, cfg.runner.eval_batch_size, predict)
     seconds = time.perf_counter() - start

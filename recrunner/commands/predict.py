@@ -8,12 +8,13 @@ from recrunner.config.schema import RootConfig
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import iter_examples, rebatch
 
-KEYS = ["runner.output_dir", "dataset.format", "dataset.on_error"]
+KEYS = ["runner.output_dir", "dataset.on_error"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, metavar="PATH",
-                        help="rows without a label (path, glob or fsspec URL)")
+                        help="rows without the label column, in the dataset's format, with or "
+                             "without a header line (path, glob or fsspec URL)")
     parser.add_argument("--output", metavar="FILE",
                         help="one probability per line (default stdout)")
     parser.add_argument("--export", metavar="DIR", help="export dir (default: <output_dir>/export)")
@@ -24,9 +25,9 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     from recrunner.export import load_export
 
     model = load_export(args.export or Path(cfg.runner.output_dir) / "export")
-    cfg.dataset.format = model.meta["format"]
     errors = RowErrors(str(cfg.dataset.on_error), cfg.dataset.max_logged_errors)
-    blocks = iter_examples(cfg.dataset, args.input, model.preprocessor, errors,
+    # The export's schema (format, columns, hashing), not the config's: rows as in training.
+    blocks = iter_examples(cfg.dataset, args.input, model.schema, errors,
                            labeled=args.labeled)
     out = open(args.output, "w") if args.output else sys.stdout  # noqa: SIM115
     try:

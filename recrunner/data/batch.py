@@ -7,8 +7,8 @@ import numpy as np
 
 @dataclass
 class Batch:
-    dense: np.ndarray  # float32 [N, num_dense], already transformed
-    sparse: np.ndarray  # int64 [N, num_sparse], bucket ids
+    dense: np.ndarray  # float32 [N, num_dense], already transformed (may be [N, 0])
+    sparse: np.ndarray  # int64 [N, sparse_width], bucket ids (multi-valued: ids, then pad_id)
     label: np.ndarray  # float32 [N]; empty for unlabeled rows
 
     def __len__(self) -> int:
@@ -19,10 +19,8 @@ class Batch:
         return Batch(self.dense[index], self.sparse[index], label)
 
     @staticmethod
-    def empty() -> "Batch":
-        from recrunner.data.transform import NUM_DENSE, NUM_SPARSE
-
-        return Batch(np.empty((0, NUM_DENSE), np.float32), np.empty((0, NUM_SPARSE), np.int64),
+    def empty(num_dense: int, sparse_width: int) -> "Batch":
+        return Batch(np.empty((0, num_dense), np.float32), np.empty((0, sparse_width), np.int64),
                      np.empty(0, np.float32))
 
     @staticmethod

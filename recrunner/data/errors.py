@@ -12,6 +12,10 @@ class DataError(RecrunnerError):
     """A malformed input row, reported as `file:line: reason`."""
 
 
+class BlockInvalid(Exception):
+    """A row format's fast path rejected a block; the per-line check will name the lines."""
+
+
 class RowErrors:
     def __init__(self, policy: str = "fail", max_logged: int = 5) -> None:
         self.policy = policy

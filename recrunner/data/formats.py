@@ -1,29 +1,54 @@
-"""Vectorized parsers for the two on-disk formats, one block of whole lines at a time.
+"""Row formats: how a block of whole lines becomes a Batch, for any declared schema.
 
-Each parser has a fast path (pyarrow's multithreaded CSV reader plus numpy checks) and, only
-for a block in which the fast path finds a problem, a per-line check that names each bad line,
-so the good rows of that block are kept and the bad ones reported with their line number.
+One class per on-disk format (`delimited` TSV/CSV rows, PaddleRec `slot` lines), chosen by
+`row_format(schema, labeled)`; the reader, `recrun predict` and the server all use it. Each has
+a fast path (pyarrow's multithreaded CSV reader plus numpy checks) and, only for a block in
+which the fast path finds a problem, a per-line check naming the line's bad column, so the good
+rows of that block are kept and the bad ones reported by file, line and column.
 """
 
 import io
 import re
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from recrunner.data.batch import Batch
-from recrunner.data.transform import DENSE_NAMES, NUM_DENSE, NUM_SPARSE, SPARSE_NAMES, Preprocessor
+from recrunner.data.errors import BlockInvalid, DataError
+from recrunner.data.hashing import hash_byte_strings
+from recrunner.data.schema import Schema
+from recrunner.data.transform import derive_value, sparse_ids
+
+__all__ = ["BlockInvalid", "DelimitedFormat", "RowFormat", "SlotFormat", "object_lines",
+           "parse_objects", "row_format"]
 
 NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 NUMBER_BYTES = re.compile(NUMBER.pattern.encode())
-# Below this many bytes (about 100 rows) splitting lines in Python beats pyarrow's fixed
+# Below this many bytes (about 100 Criteo rows) splitting lines in Python beats pyarrow's fixed
 # set-up cost (~1-2 ms a call): the server's small requests take this path.
 SMALL_BLOCK_BYTES = 24 << 10
 
 
-class BlockInvalid(Exception):
-    """The fast path rejected a block; the per-line check will find the lines."""
+class RowFormat(Protocol):
+    schema: Schema
+    labeled: bool
+
+    @property
+    def key(self) -> Hashable:
+        """Equal keys parse each other's lines alike (the server merges such requests)."""
+
+    def start(self, first_line: bytes) -> tuple["RowFormat", int]:
+        """Settle per-file details from its first line, once: (format, header lines to skip).
+        ValueError names what is wrong with a header."""
+
+    def parse(self, block: bytes) -> Batch:
+        """Whole lines -> Batch; BlockInvalid if any line is bad."""
+
+    def check_line(self, line: str) -> str | None:
+        """Why one line is bad (naming the column), or None."""
 
 
 def _read_csv(block: bytes, names: list[str], delimiter: str, types: dict,
@@ -57,41 +82,74 @@ def _dense(table: pa.Table, columns: list[str]) -> np.ndarray:
     return raw
 
 
-class CriteoFormat:
-    """Raw Kaggle Criteo rows: label, I1..I13 (counts, may be empty), C1..C26 (strings)."""
+class DelimitedFormat:
+    """TSV/CSV rows laid out as `schema.columns` (label-less rows lack the label column)."""
 
-    def __init__(self, pre: Preprocessor, labeled: bool = True, delimiter: str = "\t") -> None:
-        self.pre = pre
+    def __init__(self, schema: Schema, labeled: bool = True, delimiter: str | None = None,
+                 header: str | None = None) -> None:
+        self.schema = schema
         self.labeled = labeled
-        self.delimiter = delimiter
-        self.names = (["label"] if labeled else []) + DENSE_NAMES + SPARSE_NAMES
-        self.types = {name: pa.float32() for name in DENSE_NAMES}
-        self.types.update({name: pa.dictionary(pa.int32(), pa.string()) for name in SPARSE_NAMES})
+        given = delimiter or schema.delimiter
+        self.delimiter = "\t" if given == "auto" else given
+        self._auto_delimiter = delimiter is None and schema.delimiter == "auto"
+        self.header = header or schema.header
+        self.names = schema.names(labeled)
+        index = {name: i for i, name in enumerate(self.names)}
+        self._label = index[schema.label] if labeled else None
+        self._dense_cols = [d.column for d in schema.dense]
+        self._dense_idx = [index[c] for c in self._dense_cols]
+        sparse_cols = list(dict.fromkeys(f.column for f in schema.fields))
+        self._sparse_idx = {c: index[c] for c in sparse_cols}
+        self.types = {c: pa.float32() for c in self._dense_cols}
+        self.types.update({c: pa.dictionary(pa.int32(), pa.string()) for c in sparse_cols})
         if labeled:
-            self.types["label"] = pa.int8()
+            self.types[schema.label] = pa.int8()
+        ignored = [c for c in self.names if c not in self.types]
+        self._include = [c for c in self.names if c in self.types] if ignored else None
+        # The Python path hashes plain fields in one call: per value its salt, range, offset.
+        self._plain = schema.is_plain
+        self._salts = np.array([f.salt for f in schema.fields], np.uint64)
+        self._buckets = np.array([f.buckets for f in schema.fields], np.uint64)
+        self._offsets = np.array([f.offset for f in schema.fields], np.int64)
+        self._plain_idx = [index[f.column] for f in schema.fields]
 
-    def with_delimiter(self, delimiter: str) -> "CriteoFormat":
-        return CriteoFormat(self.pre, self.labeled, delimiter)
+    @property
+    def key(self) -> Hashable:
+        return "delimited", self.labeled, self.delimiter
 
-    def header_delimiter(self, first_line: bytes) -> str | None:
-        """The delimiter if `first_line` is a header naming our columns, else None."""
-        text = first_line.decode("utf-8", "replace").strip()
-        delimiter = "\t" if "\t" in text else ","
-        fields = text.split(delimiter)
-        if fields[0].strip() != self.names[0]:  # a data row (bad or not), not a header
-            return None
-        if [f.strip() for f in fields] != self.names:
-            raise ValueError(f"header {fields[:3]}... is not {','.join(self.names[:3])},...")
-        return delimiter
+    def with_delimiter(self, delimiter: str) -> "DelimitedFormat":
+        return DelimitedFormat(self.schema, self.labeled, delimiter, self.header)
+
+    def start(self, first_line: bytes) -> tuple["DelimitedFormat", int]:
+        text = first_line.decode("utf-8", "replace").rstrip("\r\n")
+        fmt = self
+        if self._auto_delimiter:
+            delimiter = "\t" if "\t" in text else "," if "," in text else "\t"
+            fmt = self.with_delimiter(delimiter)
+        fields = [f.strip() for f in text.split(fmt.delimiter)]
+        if self.header == "false":
+            return fmt, 0
+        if fields == self.names:
+            return fmt, 1
+        if self.header == "true" or fields[0] == self.names[0]:
+            # A header (or what starts like one) that does not name our columns.
+            bad = next((i for i, (a, b) in enumerate(zip(fields, self.names, strict=False))
+                        if a != b),
+                       min(len(fields), len(self.names)))
+            got = repr(fields[bad]) if bad < len(fields) else "nothing"
+            want = repr(self.names[bad]) if bad < len(self.names) else "no more columns"
+            raise ValueError(f"header column {bad + 1} is {got}, expected {want} "
+                             f"(dataset.schema.columns: {','.join(self.names[:3])},...)")
+        return fmt, 0
 
     def parse(self, block: bytes) -> Batch:
         if len(block) <= SMALL_BLOCK_BYTES:
             return self._parse_small(block)
-        table = _read_csv(block, self.names, self.delimiter, self.types)
-        label = _labels(table, "label") if self.labeled else np.empty(0, np.float32)
-        dense = self.pre.dense(_dense(table, DENSE_NAMES))
-        sparse = self.pre.sparse([table.column(name) for name in SPARSE_NAMES])
-        return Batch(dense, sparse, label)
+        table = _read_csv(block, self.names, self.delimiter, self.types, self._include)
+        label = _labels(table, self.schema.label) if self.labeled else np.empty(0, np.float32)
+        dense = self.schema.transform_dense(_dense(table, self._dense_cols))
+        columns = {c: table.column(c) for c in self._sparse_idx}
+        return Batch(dense, sparse_ids(self.schema, columns, table.num_rows), label)
 
     def _parse_small(self, block: bytes) -> Batch:
         """The same result as the pyarrow path, for a few lines."""
@@ -99,56 +157,90 @@ class CriteoFormat:
         rows = [ln.rstrip(b"\r").split(sep) for ln in block.split(b"\n") if ln.strip()]
         if any(len(r) != len(self.names) for r in rows):
             raise BlockInvalid("column count")
-        first = 1 if self.labeled else 0
+        n = len(rows)
         label = np.empty(0, np.float32)
-        if self.labeled:
-            if any(r[0] not in (b"0", b"1") for r in rows):
+        if self._label is not None:
+            j = self._label
+            if any(r[j] not in (b"0", b"1") for r in rows):
                 raise BlockInvalid("label not 0/1")
-            label = np.array([r[0] == b"1" for r in rows], np.float32)
-        cells = [v for r in rows for v in r[first:first + NUM_DENSE]]
+            label = np.array([r[j] == b"1" for r in rows], np.float32)
+        cells = [r[j] for r in rows for j in self._dense_idx]
         if not all(NUMBER_BYTES.match(v) for v in cells if v):
             raise BlockInvalid("dense value not a number")
         raw = np.array([float(v) if v else np.nan for v in cells], np.float32)
-        dense = self.pre.dense(raw.reshape(len(rows), NUM_DENSE))
-        sparse = self.pre.sparse_from_bytes([v for r in rows for v in r[first + NUM_DENSE:]])
+        dense = self.schema.transform_dense(raw.reshape(n, len(self._dense_idx)))
+        if self._plain:  # one hashing call for every value of the block
+            hashed = hash_byte_strings([r[j] for r in rows for j in self._plain_idx],
+                                       np.tile(self._salts, n))
+            sparse = (hashed % np.tile(self._buckets, n)).astype(np.int64).reshape(n, -1)
+            if self._offsets.any():
+                sparse += self._offsets
+        else:
+            columns = {c: pa.array([r[j] for r in rows], pa.binary()).cast(pa.string())
+                       for c, j in self._sparse_idx.items()}
+            sparse = sparse_ids(self.schema, columns, n)
         return Batch(dense, sparse, label)
 
     def check_line(self, line: str) -> str | None:
         fields = line.split(self.delimiter)
-        if len(fields) != len(self.names):
-            return f"expected {len(self.names)} columns, got {len(fields)}"
-        if self.labeled and fields[0] not in ("0", "1"):
-            return f"label must be 0 or 1, got {fields[0]!r}"
-        offset = 1 if self.labeled else 0
-        for name, value in zip(DENSE_NAMES, fields[offset:offset + NUM_DENSE], strict=True):
+        names = self.names
+        if len(fields) != len(names):
+            detail = (f"no {', '.join(names[len(fields):][:3])}" if len(fields) < len(names)
+                      else f"extra after {names[-1]}")
+            return f"expected {len(names)} columns, got {len(fields)} ({detail})"
+        if self._label is not None and fields[self._label] not in ("0", "1"):
+            return f"{self.schema.label} must be 0 or 1, got {fields[self._label]!r}"
+        for column, j in zip(self._dense_cols, self._dense_idx, strict=True):
+            value = fields[j]
             if value and not NUMBER.match(value):
-                return f"{name} is not a number: {value!r}"
+                return f"{column} is not a number: {value!r}"
+            if value and not np.isfinite(np.float32(value)):
+                return f"{column} is out of float32 range: {value!r}"
+        for f in self.schema.fields:
+            value = fields[self._sparse_idx[f.column]]
+            if f.multi_value is not None and not f.allow_empty and not any(
+                    value.split(f.multi_value)):
+                return f"{f.column}: empty multi-valued field ({f.name} has allow_empty: false)"
+            if f.derive is not None:
+                try:
+                    derive_value(f.derive, value)
+                except ValueError as exc:
+                    return f"{f.column}: {exc}"
         return None
 
 
 class SlotFormat:
-    """PaddleRec lines: `click:<y> dense_feature:<x> (x13) 1:<id> ... 26:<id>`, ids pre-hashed."""
+    """PaddleRec lines: `click:<y> dense_feature:<x>... <slot>:<id>...`, ids already hashed."""
 
-    def __init__(self, pre: Preprocessor, labeled: bool = True) -> None:
-        self.pre = pre
+    def __init__(self, schema: Schema, labeled: bool = True) -> None:
+        self.schema = schema
         self.labeled = labeled
-        keys = (["click"] if labeled else []) + ["dense_feature"] * NUM_DENSE
-        keys += [str(i) for i in range(1, NUM_SPARSE + 1)]
-        self.keys = keys
+        keys = schema.slot_keys
+        self.keys = (([keys["label"]] if labeled else []) + [keys["dense"]] * schema.num_dense
+                     + list(keys["sparse"]))
+        self.feature = ([schema.label] if labeled else []) + schema.dense_names + [
+            f.name for f in schema.fields]
         # After ':' -> ' ' each line is key value key value ...: 2 columns per token.
-        self.names = [f"{kind}{i}" for i in range(len(keys)) for kind in ("k", "v")]
+        self.names = [f"{kind}{i}" for i in range(len(self.keys)) for kind in ("k", "v")]
         first = 1 if labeled else 0
-        self.dense_cols = [f"v{i}" for i in range(first, first + NUM_DENSE)]
-        self.sparse_cols = [f"v{i}" for i in range(first + NUM_DENSE, len(keys))]
+        self.dense_cols = [f"v{i}" for i in range(first, first + schema.num_dense)]
+        self.sparse_cols = [f"v{i}" for i in range(first + schema.num_dense, len(self.keys))]
         self.types = {c: pa.float32() for c in self.dense_cols}
         self.types.update({c: pa.int64() for c in self.sparse_cols})
         key_type = pa.dictionary(pa.int32(), pa.string())
-        self.types.update({f"k{i}": key_type for i in range(len(keys))})
+        self.types.update({f"k{i}": key_type for i in range(len(self.keys))})
         if labeled:
             self.types["v0"] = pa.int8()
+        # Each slot's ids must lie in its feature's rows.
+        self._lo = np.array([f.offset for f in schema.fields], np.int64)
+        self._hi = self._lo + np.array([f.buckets for f in schema.fields], np.int64)
 
-    def header_delimiter(self, first_line: bytes) -> str | None:
-        return None
+    @property
+    def key(self) -> Hashable:
+        return "slot", self.labeled
+
+    def start(self, first_line: bytes) -> tuple["SlotFormat", int]:
+        return self, 0
 
     def parse(self, block: bytes) -> Batch:
         table = _read_csv(block.replace(b":", b" "), self.names, " ", self.types)
@@ -160,8 +252,10 @@ class SlotFormat:
         dense = _dense(table, self.dense_cols)
         if np.isnan(dense).any():
             raise BlockInvalid("missing dense value")
-        sparse = np.stack([table.column(c).to_numpy() for c in self.sparse_cols], axis=1)
-        if (sparse < 0).any() or (sparse >= self.pre.num_buckets).any():
+        sparse = np.empty((table.num_rows, len(self.sparse_cols)), np.int64)
+        for j, c in enumerate(self.sparse_cols):
+            sparse[:, j] = table.column(c).to_numpy()
+        if (sparse < self._lo).any() or (sparse >= self._hi).any():
             raise BlockInvalid("id out of range")
         return Batch(dense, sparse, label)
 
@@ -169,18 +263,83 @@ class SlotFormat:
         tokens = line.split()
         if len(tokens) != len(self.keys):
             return f"expected {len(self.keys)} key:value tokens, got {len(tokens)}"
+        first_sparse = len(self.keys) - len(self.schema.fields)
         for i, (token, key) in enumerate(zip(tokens, self.keys, strict=True)):
             name, _, value = token.partition(":")
             if name != key:
                 return f"token {i + 1} should be {key}:<value>, got {token!r}"
-            if key == "click" and value not in ("0", "1"):
-                return f"click must be 0 or 1, got {value!r}"
-            if key == "dense_feature" and not NUMBER.match(value):
-                return f"dense_feature is not a number: {value!r}"
-            if i >= len(self.keys) - NUM_SPARSE:
+            if i == 0 and self.labeled and value not in ("0", "1"):
+                return f"{key} must be 0 or 1, got {value!r}"
+            if int(self.labeled) <= i < first_sparse and not NUMBER.match(value):
+                return f"{key} ({self.feature[i]}) is not a number: {value!r}"
+            if i >= first_sparse:
+                j = i - first_sparse
                 if not value.isdigit():
                     return f"slot {key} id is not a non-negative integer: {value!r}"
-                if int(value) >= self.pre.num_buckets:
-                    return (f"slot {key} id {value} is out of range for "
-                            f"model.sparse_feature_number={self.pre.num_buckets}")
+                if not self._lo[j] <= int(value) < self._hi[j]:
+                    return (f"slot {key} id {value} is out of range [{self._lo[j]}, "
+                            f"{self._hi[j]}) of {self.feature[i]}")
         return None
+
+
+FORMATS: dict[str, type] = {"delimited": DelimitedFormat, "slot": SlotFormat}
+
+
+def row_format(schema: Schema, labeled: bool = True) -> RowFormat:
+    """The parser for the schema's on-disk format (rows with or without the label)."""
+    return FORMATS[schema.kind](schema, labeled)
+
+
+# --- JSON objects keyed by column name (the server's /predict) ------------------------------
+
+def _cell(value: Any, column: str, sep: str | None, row: int) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list) and sep is not None:  # a multi-valued field as a JSON list
+        return sep.join(_cell(v, column, None, row) for v in value)
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise DataError(f"row {row}: {column} must be a string or number, got "
+                        f"{type(value).__name__}")
+    text = value if isinstance(value, str) else repr(value)
+    if "\t" in text or "\n" in text or "\r" in text:
+        raise DataError(f"row {row}: {column} contains a tab or line break")
+    return text
+
+
+def object_format(schema: Schema) -> DelimitedFormat:
+    """The format of object_lines' output: label-less TSV rows without a header."""
+    return DelimitedFormat(schema, labeled=False, delimiter="\t", header="false")
+
+
+def object_lines(schema: Schema, objects: Sequence[Mapping[str, Any]],
+                 first_row: int = 1) -> list[str]:
+    """Objects keyed by column name as object_format() lines (absent keys are empty fields,
+    multi-valued fields may be JSON lists); DataError names the row and column."""
+    names = schema.names(labeled=False)
+    index = {name: i for i, name in enumerate(names)}
+    seps = {f.column: f.multi_value for f in schema.fields}
+    lines = []
+    for row, obj in enumerate(objects, first_row):
+        cells = [""] * len(names)
+        for key, value in obj.items():
+            j = index.get(key)
+            if j is None:
+                raise DataError(f"row {row}: unknown column {key!r} (expected "
+                                f"{', '.join(names[:3])}, ... {names[-1]})")
+            cells[j] = _cell(value, key, seps.get(key), row)
+        lines.append("\t".join(cells))
+    return lines
+
+
+def parse_objects(schema: Schema, objects: Sequence[Mapping[str, Any]]) -> Batch:
+    """Objects keyed by column name -> Batch; DataError names the row and column."""
+    fmt = object_format(schema)
+    lines = object_lines(schema, objects)
+    try:
+        return fmt.parse(("\n".join(lines) + "\n").encode())
+    except BlockInvalid:
+        for row, line in enumerate(lines, 1):
+            reason = fmt.check_line(line)
+            if reason is not None:
+                raise DataError(f"row {row}: {reason}") from None
+        raise

@@ -19,7 +19,7 @@ def generate_synth(cfg: DatasetConfig, only_missing: bool) -> Iterator[tuple[str
             continue
         log.info("generating %d synthetic rows into %s", rows, path)
         start = time.perf_counter()
-        generate(path, rows, cfg.synth.seed, split, cfg.synth.base_ctr)
+        generate(path, rows, cfg.synth.seed, split, cfg.synth.base_ctr, cfg.schema)
         yield path, rows, rows / (time.perf_counter() - start)
 
 

@@ -12,14 +12,13 @@ from itertools import chain
 import fsspec
 import numpy as np
 
-from recrunner.config.dataset import DataFormat, DatasetConfig
+from recrunner.config.dataset import DatasetConfig
 from recrunner.data.batch import Batch
-from recrunner.data.errors import DataError, RowErrors
-from recrunner.data.formats import BlockInvalid, CriteoFormat, SlotFormat
-from recrunner.data.transform import Preprocessor
+from recrunner.data.errors import BlockInvalid, DataError, RowErrors
+from recrunner.data.formats import RowFormat, row_format
+from recrunner.data.schema import Schema
 
 log = logging.getLogger(__name__)
-Format = CriteoFormat | SlotFormat
 
 
 def expand_paths(spec: str) -> list[str]:
@@ -60,7 +59,7 @@ def read_blocks(path: str, block_bytes: int) -> Iterator[tuple[int, bytes]]:
         yield line, rest + b"\n"
 
 
-def parse_block(fmt: Format, block: bytes, path: str, first_line: int,
+def parse_block(fmt: RowFormat, block: bytes, path: str, first_line: int,
                 errors: RowErrors) -> Batch:
     """Parse a block; on a bad block, report each bad line and parse the rest."""
     try:
@@ -78,7 +77,7 @@ def parse_block(fmt: Format, block: bytes, path: str, first_line: int,
         else:
             errors.report(path, first_line + i, reason)
     if not good:
-        return Batch.empty()
+        return Batch.empty(fmt.schema.num_dense, fmt.schema.sparse_width)
     try:
         return fmt.parse(("\n".join(good) + "\n").encode())
     except BlockInvalid as exc:
@@ -105,27 +104,18 @@ def unshard(parts: list[np.ndarray], spec: str) -> np.ndarray:
     return out
 
 
-def make_format(cfg: DatasetConfig, pre: Preprocessor, labeled: bool = True) -> Format:
-    if cfg.format == DataFormat.slot:
-        return SlotFormat(pre, labeled)
-    return CriteoFormat(pre, labeled)
-
-
-def detect_header(fmt: Format, path: str, block: bytes) -> tuple[Format, bytes, int]:
-    """Skip a CSV header line and adopt its delimiter: (format, rest of block, its first line)."""
+def start_file(fmt: RowFormat, where: str, block: bytes) -> tuple[RowFormat, bytes, int]:
+    """Settle the file's format from its first line (delimiter, header), once:
+    (format, the block without a header, the block's first line number)."""
     head, _, body = block.partition(b"\n")
     try:
-        delimiter = fmt.header_delimiter(head)
+        fmt, skip = fmt.start(head)
     except ValueError as exc:
-        raise DataError(f"{path}:1: {exc}") from exc
-    if delimiter is not None:
-        return fmt.with_delimiter(delimiter), body, 2
-    if isinstance(fmt, CriteoFormat) and b"\t" not in head and b"," in head:
-        fmt = fmt.with_delimiter(",")
-    return fmt, block, 1
+        raise DataError(f"{where}:1: {exc}") from exc
+    return (fmt, body, 2) if skip else (fmt, block, 1)
 
 
-def iter_file(fmt: Format, path: str, block_bytes: int, errors: RowErrors,
+def iter_file(fmt: RowFormat, path: str, block_bytes: int, errors: RowErrors,
               workers: int = 2) -> Iterator[Batch]:
     """Parsed blocks of one file, in order; `workers` blocks are parsed at a time (pyarrow and
     numpy release the GIL: 1.35x the rows/s of one at a time on 2 cores)."""
@@ -133,7 +123,7 @@ def iter_file(fmt: Format, path: str, block_bytes: int, errors: RowErrors,
     first = next(blocks, None)
     if first is None:
         return
-    fmt, body, line = detect_header(fmt, path, first[1])
+    fmt, body, line = start_file(fmt, path, first[1])
     with ThreadPoolExecutor(workers) as pool:
         pending: deque[Future] = deque()
         for first_line, block in chain([(line, body)], blocks):
@@ -145,12 +135,13 @@ def iter_file(fmt: Format, path: str, block_bytes: int, errors: RowErrors,
             yield pending.popleft().result()
 
 
-def iter_examples(cfg: DatasetConfig, spec: str, pre: Preprocessor, errors: RowErrors,
+def iter_examples(cfg: DatasetConfig, spec: str, schema: Schema, errors: RowErrors,
                   shard: Shard | None = None, labeled: bool = True) -> Iterator[Batch]:
-    """Blocks of parsed examples from every file of `spec` that belong to `shard`."""
+    """Blocks of parsed examples from every file of `spec` that belong to `shard`, in the
+    schema's format (cfg gives the block size and parse threads)."""
     shard = shard or Shard()
     files = expand_paths(spec)
-    fmt = make_format(cfg, pre, labeled)
+    fmt = row_format(schema, labeled)
     by_file = len(files) >= shard.count
     row = 0
     for k, path in enumerate(files):

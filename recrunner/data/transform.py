@@ -1,69 +1,106 @@
-"""Feature preprocessing shared by training, `recrun predict` and the server.
+"""Categorical columns -> bucket ids, per declared feature (shared by every row format).
 
-It is saved in every export, so serving applies exactly what training applied.
+Work is done once per distinct value of a block (pyarrow dictionary-encodes the columns) and
+gathered back to the rows: hashing, splitting multi-valued fields and deriving values.
 """
 
-from dataclasses import asdict, dataclass
+import datetime
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from recrunner.data.hashing import field_salt, hash_byte_strings, hash_to_buckets
+from recrunner.data.errors import BlockInvalid
+from recrunner.data.hashing import hash_to_buckets
+from recrunner.data.schema import Field, Schema
 
-NUM_DENSE = 13
-NUM_SPARSE = 26
-DENSE_NAMES = [f"I{i}" for i in range(1, NUM_DENSE + 1)]
-SPARSE_NAMES = [f"C{i}" for i in range(1, NUM_SPARSE + 1)]
+Column = pa.Array | pa.ChunkedArray
 
 
-@dataclass
-class Preprocessor:
-    num_buckets: int
-    dense_transform: str = "log"
-    dense_min: list[float] | None = None
-    dense_max: list[float] | None = None
+def derive_value(kind: str, text: str) -> str:
+    """The derived category of a YYMMDDHH value (Avazu's `hour`); ValueError if malformed."""
+    if len(text) != 8 or not text.isdigit():
+        raise ValueError(f"expected YYMMDDHH, got {text!r}")
+    hour = int(text[6:])
+    try:
+        day = datetime.date(2000 + int(text[:2]), int(text[2:4]), int(text[4:6]))
+    except ValueError as exc:
+        raise ValueError(f"{text!r} is not a YYMMDDHH time: {exc}") from None
+    if hour > 23:
+        raise ValueError(f"hour {hour} of {text!r} is not 00..23")
+    return f"{hour:02d}" if kind == "hour_of_day" else str(day.weekday())
 
-    def __post_init__(self) -> None:
-        self._salts = np.array([field_salt(name) for name in SPARSE_NAMES], np.uint64)
-        if self.dense_transform == "minmax":
-            lo = np.asarray(self.dense_min, np.float32)
-            span = np.asarray(self.dense_max, np.float32) - lo
-            if lo.shape != (NUM_DENSE,) or span.shape != (NUM_DENSE,) or (span <= 0).any():
-                raise ValueError("dataset.dense_min/dense_max need 13 values each, with max > min")
-            self._lo, self._scale = lo, (1.0 / span).astype(np.float32)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+def _per_distinct(column: Column, width: int, fn: Callable[[pa.Array], np.ndarray]) -> np.ndarray:
+    """fn over each chunk's distinct values ([n_distinct, width] ids), gathered to the rows."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    out = [np.empty((0, width), np.int64)]
+    for chunk in chunks:
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = chunk.dictionary_encode()
+        values = chunk.dictionary.cast(pa.string())
+        idx = chunk.indices
+        if chunk.null_count:  # a null is the empty string
+            values = pa.concat_arrays([values, pa.array([""], pa.string())])
+            idx = pc.fill_null(idx, len(chunk.dictionary))
+        out.append(fn(values)[idx.to_numpy()])
+    return np.concatenate(out)
 
-    @classmethod
-    def from_dict(cls, data: dict) -> "Preprocessor":
-        return cls(**data)
 
-    def dense(self, raw: np.ndarray) -> np.ndarray:
-        """Transform raw counts (float32 [N, 13], NaN where missing) in place.
+def _derived_ids(f: Field, column: Column) -> np.ndarray:
+    def table(values: pa.Array) -> np.ndarray:
+        try:
+            derived = pa.array([derive_value(f.derive, v) for v in values.to_pylist()])
+        except ValueError as exc:
+            raise BlockInvalid(f"{f.column}: {exc}") from exc
+        return (hash_to_buckets(derived, f.salt, f.buckets) + f.offset)[:, None]
 
-        A missing value is 0 after the transform, as in PaddleRec's Criteo reader.
-        """
-        missing = np.isnan(raw)
-        if self.dense_transform == "log":
-            np.maximum(raw, 0.0, out=raw)
-            np.log1p(raw, out=raw)
-        elif self.dense_transform == "minmax":
-            raw -= self._lo
-            raw *= self._scale
-        raw[missing] = 0.0
-        return raw
+    return _per_distinct(column, 1, table)
 
-    def sparse(self, columns: list[pa.Array | pa.ChunkedArray]) -> np.ndarray:
-        """Hash the 26 categorical string columns into int64 bucket ids [N, 26]."""
-        n = len(columns[0])
-        out = np.empty((n, NUM_SPARSE), np.int64)
-        for j, (col, salt) in enumerate(zip(columns, self._salts, strict=True)):
-            out[:, j] = hash_to_buckets(col, salt, self.num_buckets)
+
+def _multi_ids(f: Field, column: Column, pad_id: int) -> np.ndarray:
+    def table(values: pa.Array) -> np.ndarray:
+        lists = pc.split_pattern(values, f.multi_value)
+        counts = np.diff(lists.offsets.to_numpy())
+        tokens = lists.flatten()
+        row = np.repeat(np.arange(len(values)), counts)
+        keep = pc.binary_length(tokens).to_numpy(zero_copy_only=False) > 0  # "a||b", ""
+        row, tokens = row[keep], tokens.filter(pa.array(keep))
+        kept = np.bincount(row, minlength=len(values))
+        if not f.allow_empty and (kept == 0).any():
+            raise BlockInvalid(f"{f.column}: empty multi-valued field")
+        pos = np.arange(len(row)) - (np.cumsum(kept) - kept)[row]
+        first = pos < f.width  # values past max_len are dropped
+        out = np.full((len(values), f.width), pad_id, np.int64)
+        out[row[first], pos[first]] = hash_to_buckets(
+            tokens.filter(pa.array(first)), f.salt, f.buckets) + f.offset
         return out
 
-    def sparse_from_bytes(self, values: list[bytes]) -> np.ndarray:
-        """`sparse` for a few rows given as Python bytes, row-major (26 per row)."""
-        n = len(values) // NUM_SPARSE
-        hashed = hash_byte_strings(values, np.tile(self._salts, n))
-        return (hashed % np.uint64(self.num_buckets)).astype(np.int64).reshape(n, NUM_SPARSE)
+    return _per_distinct(column, f.width, table)
+
+
+def field_ids(schema: Schema, f: Field, column: Column) -> np.ndarray:
+    """Ids of one categorical feature: [N] when single-valued, else [N, max_len]."""
+    if f.multi_value is not None:
+        return _multi_ids(f, column, schema.pad_id)
+    if f.derive is not None:
+        return _derived_ids(f, column)[:, 0]
+    ids = hash_to_buckets(column, f.salt, f.buckets)
+    if f.offset:
+        ids += f.offset
+    return ids
+
+
+def sparse_ids(schema: Schema, columns: Mapping[str, Column], n: int) -> np.ndarray:
+    """The id matrix int64 [n, sparse_width] from each feature's column."""
+    out = np.empty((n, schema.sparse_width), np.int64)
+    start = 0
+    for f in schema.fields:
+        ids = field_ids(schema, f, columns[f.column])
+        if f.width == 1 and ids.ndim == 1:
+            out[:, start] = ids
+        else:
+            out[:, start:start + f.width] = ids
+        start += f.width
+    return out

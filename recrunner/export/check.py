@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from recrunner.data.transform import Preprocessor
+from recrunner.data.schema import Schema
 from recrunner.errors import RecrunnerError
 from recrunner.export.engines import ENGINES, TITLES, PredictFn, make_predict
 from recrunner.export.spec import PROBE_FILE, input_names
@@ -49,7 +49,15 @@ class Probe:
             return cls(tuple(data[name] for name in names), data[_EXPECTED])
 
 
-def probe_inputs(inputs: list[dict[str, Any]], pre: Preprocessor, rows: int = PROBE_ROWS,
+def export_schema(export_dir: Path, meta: dict[str, Any]) -> Schema:
+    """The schema an export carries (its preprocessing); one line for an export too old."""
+    if "schema" not in meta:
+        raise RecrunnerError(f"{export_dir} was exported before dataset schemas (no 'schema' "
+                             "in its export.json); export it again with this version")
+    return Schema.from_dict(meta["schema"])
+
+
+def probe_inputs(inputs: list[dict[str, Any]], schema: Schema, rows: int = PROBE_ROWS,
                  seed: int = PROBE_SEED) -> tuple[np.ndarray, ...]:
     """Deterministic inputs built from the export's input spec: integer inputs are ids in the
     model's range (both ends included), float inputs Criteo-like counts (heavy-tailed, a fifth
@@ -60,12 +68,12 @@ def probe_inputs(inputs: list[dict[str, Any]], pre: Preprocessor, rows: int = PR
         shape = (rows, *spec["shape"][1:])
         dtype = np.dtype(spec["dtype"])
         if np.issubdtype(dtype, np.integer):
-            array = rng.integers(0, pre.num_buckets, shape, dtype=dtype)
-            array.flat[0], array.flat[-1] = 0, pre.num_buckets - 1
+            array = rng.integers(0, schema.table_rows, shape, dtype=dtype)
+            array.flat[0], array.flat[-1] = 0, schema.table_rows - 1
         else:
             array = np.floor(rng.lognormal(1.0, 2.0, shape)).astype(dtype)
             array[rng.random(shape) < 0.2] = np.nan
-            array = pre.dense(array)
+            array = schema.transform_dense(array)
         arrays.append(np.ascontiguousarray(array))
     return tuple(arrays)
 
@@ -119,7 +127,7 @@ def select_engine(model_dir: Path, meta: dict[str, Any], probe: Probe | None,
     if probe is None:
         log.warning("%s has no %s (exported before the self-check): checking paddle.inference "
                     "against ONNX Runtime only", model_dir, PROBE_FILE)
-        inputs = probe_inputs(meta["inputs"], Preprocessor.from_dict(meta["preprocess"]))
+        inputs = probe_inputs(meta["inputs"], export_schema(model_dir, meta))
         probe, against = Probe(inputs, build("paddle")(*inputs)), "paddle.inference"
         try:
             diff = probe.diff(build("onnx"))

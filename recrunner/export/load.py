@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from recrunner.data.transform import Preprocessor
+from recrunner.data.schema import Schema
 from recrunner.errors import RecrunnerError
-from recrunner.export.check import Probe, select_engine
+from recrunner.export.check import Probe, export_schema, select_engine
 from recrunner.export.engines import PredictFn, paddle_predict
-from recrunner.export.spec import META_FILE, PROBE_FILE, as_inputs, input_names
+from recrunner.export.spec import META_FILE, PROBE_FILE, as_inputs, batch_inputs, input_names
 
 
 @dataclass
@@ -33,13 +33,17 @@ class ExportedModel:
         return input_names(self.meta)
 
     @property
-    def preprocessor(self) -> Preprocessor:
-        return Preprocessor.from_dict(self.meta["preprocess"])
+    def schema(self) -> Schema:
+        return export_schema(self.path, self.meta)
 
     def predict(self, *arrays: np.ndarray) -> np.ndarray:
         """Click probabilities, float32 [N], of the inputs in the export's order
         (dense, sparse_ids)."""
         return self._predict(*as_inputs(self.meta, arrays))
+
+    def predict_batch(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+        """Click probabilities of a parsed batch (its dense and id matrices)."""
+        return self.predict(*batch_inputs(self.meta, dense, sparse))
 
 
 def read_meta(export_dir: Path) -> dict[str, Any]:

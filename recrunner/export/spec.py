@@ -25,3 +25,11 @@ def as_inputs(meta: dict[str, Any], arrays: tuple[np.ndarray, ...]) -> tuple[np.
                          f"({', '.join(input_names(meta))}), got {len(arrays)}")
     return tuple(np.ascontiguousarray(a, spec["dtype"])
                  for a, spec in zip(arrays, meta["inputs"], strict=True))
+
+
+def batch_inputs(meta: dict[str, Any], dense: np.ndarray, sparse: np.ndarray
+                 ) -> tuple[np.ndarray, ...]:
+    """A batch's arrays in the export's input order (an export of a schema without dense
+    features has no dense input)."""
+    by_name = {DENSE_INPUT: dense, SPARSE_INPUT: sparse}
+    return tuple(by_name[name] for name in input_names(meta))

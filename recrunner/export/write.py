@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from recrunner.data.transform import NUM_DENSE, NUM_SPARSE, Preprocessor
+from recrunner.data.schema import Schema
 from recrunner.export.check import (
     TOLERANCE,
     ExportCheckError,
@@ -27,8 +27,8 @@ from recrunner.export.spec import (
 )
 
 
-def save_export(net: Any, export_dir: str | Path, pre: Preprocessor, data_format: str,
-                model_name: str, extra: dict[str, Any] | None = None) -> Path:
+def save_export(net: Any, export_dir: str | Path, schema: Schema, model_name: str,
+                extra: dict[str, Any] | None = None) -> Path:
     """Save `net` (logits) as a probability model and check it in every engine; replaces
     `export_dir` atomically. ExportCheckError (nothing written) when an engine differs from
     `net` by more than 1e-5 on the probe."""
@@ -44,32 +44,39 @@ def save_export(net: Any, export_dir: str | Path, pre: Preprocessor, data_format
         def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
             return F.sigmoid(self.inner(dense, sparse_ids))
 
+    class IdsOnly(WithProbability):
+        """No dense features: no dense input (jit.save refuses an input nothing reads)."""
+
+        def forward(self, sparse_ids: paddle.Tensor) -> paddle.Tensor:  # type: ignore[override]
+            return F.sigmoid(self.inner(None, sparse_ids))
+
     export_dir = Path(export_dir)
     tmp = export_dir.with_name(export_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
+    inputs = [{"name": SPARSE_INPUT, "dtype": "int64", "shape": [-1, schema.sparse_width]}]
+    if schema.num_dense:
+        inputs.insert(0, {"name": DENSE_INPUT, "dtype": "float32",
+                          "shape": [-1, schema.num_dense]})
     meta: dict[str, Any] = {
         "model": model_name,
-        "format": data_format,
-        "inputs": [
-            {"name": DENSE_INPUT, "dtype": "float32", "shape": [-1, NUM_DENSE]},
-            {"name": SPARSE_INPUT, "dtype": "int64", "shape": [-1, NUM_SPARSE]},
-        ],
+        "format": schema.kind,
+        "inputs": inputs,
         "outputs": [{"name": OUTPUT, "dtype": "float32", "shape": [-1, 1]}],
-        "preprocess": pre.to_dict(),
+        "schema": schema.to_dict(),  # the preprocessing: columns, transforms, hashing
         **(extra or {}),
     }
-    model = WithProbability(net)
+    model = WithProbability(net) if schema.num_dense else IdsOnly(net)
     was_training = net.training
     model.eval()
     try:
         # The reference: the network in memory, in eval mode, before anything is compiled.
-        inputs = probe_inputs(meta["inputs"], pre)
+        probe_in = probe_inputs(meta["inputs"], schema)
         with paddle.no_grad():
-            expected = model(*map(paddle.to_tensor, inputs)).numpy().reshape(-1)
+            expected = model(*map(paddle.to_tensor, probe_in)).numpy().reshape(-1)
         paddle.jit.save(model, str(tmp / MODEL_PREFIX), input_spec=[
             InputSpec([None if d < 0 else d for d in spec["shape"]], spec["dtype"], spec["name"])
             for spec in meta["inputs"]])
-        probe = Probe(inputs, expected)
+        probe = Probe(probe_in, expected)
         probe.save(tmp / PROBE_FILE, input_names(meta))
         results = check_engines(tmp, meta, probe)
         failed = mismatches(results)

@@ -73,7 +73,8 @@ class CollectiveGroup(LocalGroup):
         self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
         return float(t.numpy()[0])
 
-    def lockstep(self, batches: Iterator[Batch], size: int) -> Iterator[tuple[Batch, bool]]:
+    def lockstep(self, batches: Iterator[Batch], size: int,
+                 empty: Batch) -> Iterator[tuple[Batch, bool]]:
         """Every rank takes the same number of optimizer steps.
 
         DataParallel all-reduces every step, so a rank with one more batch than the others
@@ -92,7 +93,7 @@ class CollectiveGroup(LocalGroup):
             # The tail: collect what is left on every rank, then train on it together.
             mine = [batch] if batch is not None else []
             mine += list(batches)
-            rest = Batch.concat(mine) if mine else Batch.empty()
+            rest = Batch.concat(mine) if mine else empty
             tail = Batch(self.gather(rest.dense), self.gather(rest.sparse),
                          self.gather(rest.label))
             log.info("rank %d: %d tail rows trained by every rank together", self.rank,

@@ -114,7 +114,9 @@ def build_graph(cfg: RootConfig) -> Graph:
     main.random_seed = startup.random_seed = cfg.runner.seed
     with paddle.static.program_guard(main, startup):
         label = paddle.static.data("label", [-1, 1], "float32")
-        dense = paddle.static.data("dense", [-1, inputs.num_dense], "float32")
+        # No dense features: no dense input (the models ignore `dense` then).
+        dense = paddle.static.data("dense", [-1, inputs.num_dense], "float32") \
+            if inputs.num_dense else None
         # MultiSlot feeds ids as one LoD sequence per row.
         ids = paddle.static.data("sparse_ids", [-1, 1], "int64", lod_level=1)
         table = FleetTable(table_rows(cfg), table_width(cfg), cfg.model.init_scale,
@@ -186,11 +188,12 @@ class PsEngine:
         self.program = graph.loss.block.program  # the fleet-rewritten program
         # Forward only: a for_test clone still holds the fused push ops, so prune to the
         # outputs (the pull of the rows stays; nothing is pushed back).
+        self.feed_names = ["dense", "sparse_ids"] if graph.dense is not None else ["sparse_ids"]
         self.test_program = self.program.clone(for_test=True)._prune_with_input(
-            ["dense", "sparse_ids"], [graph.prob, graph.table.output])
+            self.feed_names, [graph.prob, graph.table.output])
         # Own input names too: train_from_dataset's data feed leaves the scope's `dense` and
         # `sparse_ids` in a state exe.run's feed cannot use (3.0.0 fails or segfaults).
-        for name in ("dense", "sparse_ids"):
+        for name in self.feed_names:
             self.test_program.global_block()._rename_var(name, INFER_PREFIX + name)
         self.slot_files: tuple[list[str], int] | None = None
         # Geo trainers' local copies cannot be reloaded consistently (see check_resumable).
@@ -220,7 +223,7 @@ class PsEngine:
             shard_dir = self.out / "dist" / "slots" / f"train-{rank}-of-{world}"
             start = time.perf_counter()
             files, rows = convert_shard(self.cfg.dataset, self.cfg.dataset.train,
-                                        self.reader.pre, self.reader.errors,
+                                        self.reader.schema, self.reader.errors,
                                         self.reader.shard, shard_dir)
             log.info("MultiSlot shard: %d rows in %d files (%.1fs)", rows, len(files),
                      time.perf_counter() - start)
@@ -230,7 +233,8 @@ class PsEngine:
     def train_epoch(self, epoch: int, on_step: OnStep) -> EpochStats:
         files, rows = self.convert()
         ds = self.paddle.distributed.QueueDataset()
-        ds.init(use_var=[self.g.label, self.g.dense, self.g.ids], pipe_command="cat",
+        slots = [v for v in (self.g.label, self.g.dense, self.g.ids) if v is not None]
+        ds.init(use_var=slots, pipe_command="cat",
                 batch_size=self.cfg.runner.batch_size, thread_num=1)
         ds.set_filelist(files)
         start = time.perf_counter()
@@ -253,9 +257,10 @@ class PsEngine:
         """One forward pass of the pruned program (rows pulled from the servers)."""
         # Own feed/fetch holders: after train_from_dataset the default `feed` variable no
         # longer holds what exe.run expects (3.0.0 fails or segfaults in FeedOp).
-        (out,) = self.infer_exe.run(self.test_program, fetch_list=[fetch],
-                                    feed={INFER_PREFIX + "dense": dense,
-                                          INFER_PREFIX + "sparse_ids": self.lod_ids(sparse)},
+        feed = {INFER_PREFIX + "sparse_ids": self.lod_ids(sparse)}
+        if "dense" in self.feed_names:
+            feed[INFER_PREFIX + "dense"] = dense
+        (out,) = self.infer_exe.run(self.test_program, fetch_list=[fetch], feed=feed,
                                     feed_var_name="recrun_feed",
                                     return_numpy=False)  # embedding rows carry the ids' LoD
         return np.array(out)

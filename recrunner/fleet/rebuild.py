@@ -22,7 +22,7 @@ def rebuild(run_dir: Path) -> Path:
     from recrunner.errors import RecrunnerError
     from recrunner.export import save_export
     from recrunner.runtime import import_paddle
-    from recrunner.train.build import build_net, preprocessor_for
+    from recrunner.train.build import build_net, dataset_schema
 
     dist = run_dir / "dist"
     cfg = load_resolved(dist / CONFIG)
@@ -34,8 +34,7 @@ def rebuild(run_dir: Path) -> Path:
                              f"{sorted(set(state) ^ set(net.state_dict()))}")
     net.set_state_dict(state)
     extra = json.loads((dist / EXTRA).read_text())
-    return save_export(net, run_dir / "export", preprocessor_for(cfg), str(cfg.dataset.format),
-                       cfg.model.name, extra)
+    return save_export(net, run_dir / "export", dataset_schema(cfg), cfg.model.name, extra)
 
 
 def rebuild_in_subprocess(run_dir: Path, timeout_s: float) -> None:

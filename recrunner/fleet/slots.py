@@ -1,9 +1,10 @@
 """Convert the dataset into Paddle's MultiSlot text format for exe.train_from_dataset.
 
 Each line holds, per slot in use_var order, `<count> <values...>`:
-`1 <label> 13 <d1..d13> 26 <id1..id26>` (the feed wants counts, not `name:value` tokens). The
-rows come from the project's own reader (same parsing, hashing and dense transform as
-mode=local), and are written by pyarrow's CSV writer, so conversion runs at parsing speed.
+`1 <label> <num_dense> <d1..> <sparse_width> <id1..>` (the feed wants counts, not
+`name:value` tokens). The rows come from the project's own reader (same parsing, hashing and
+dense transform as mode=local), and are written by pyarrow's CSV writer, so conversion runs at
+parsing speed.
 """
 
 import hashlib
@@ -18,7 +19,7 @@ from recrunner.config.dataset import DatasetConfig
 from recrunner.data.batch import Batch
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import Shard, expand_paths, iter_examples
-from recrunner.data.transform import NUM_DENSE, NUM_SPARSE, Preprocessor
+from recrunner.data.schema import Schema
 
 ROWS_PER_FILE = 1_000_000
 MANIFEST = "manifest.json"
@@ -27,14 +28,15 @@ MANIFEST = "manifest.json"
 def batch_table(batch: Batch) -> pa.Table:
     n = len(batch)
     cols: list[pa.Array] = [pa.array(np.ones(n, np.int8)), pa.array(batch.label)]
-    cols.append(pa.array(np.full(n, NUM_DENSE, np.int8)))
-    cols += [pa.array(batch.dense[:, j]) for j in range(NUM_DENSE)]
-    cols.append(pa.array(np.full(n, NUM_SPARSE, np.int8)))
-    cols += [pa.array(batch.sparse[:, j]) for j in range(NUM_SPARSE)]
+    if batch.dense.shape[1]:  # no dense features: no dense slot (nor input)
+        cols.append(pa.array(np.full(n, batch.dense.shape[1], np.int32)))
+        cols += [pa.array(batch.dense[:, j]) for j in range(batch.dense.shape[1])]
+    cols.append(pa.array(np.full(n, batch.sparse.shape[1], np.int32)))
+    cols += [pa.array(batch.sparse[:, j]) for j in range(batch.sparse.shape[1])]
     return pa.Table.from_arrays(cols, names=[f"c{i}" for i in range(len(cols))])
 
 
-def source_fingerprint(cfg: DatasetConfig, spec: str, pre: Preprocessor, shard: Shard) -> str:
+def source_fingerprint(cfg: DatasetConfig, spec: str, pre: Schema, shard: Shard) -> str:
     """What the converted files depend on: the files (name, size, mtime), parsing, shard."""
     import fsspec
 
@@ -43,12 +45,12 @@ def source_fingerprint(cfg: DatasetConfig, spec: str, pre: Preprocessor, shard: 
         fs, _, (p,) = fsspec.get_fs_token_paths(path)
         info = fs.info(p)
         files.append([path, info.get("size"), str(info.get("mtime", info.get("LastModified")))])
-    key = {"files": files, "format": str(cfg.format), "pre": pre.to_dict(),
+    key = {"files": files, "schema": pre.to_dict(),
            "shard": [shard.index, shard.count]}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
-def convert_shard(cfg: DatasetConfig, spec: str, pre: Preprocessor, errors: RowErrors,
+def convert_shard(cfg: DatasetConfig, spec: str, pre: Schema, errors: RowErrors,
                   shard: Shard, out_dir: Path, rows_per_file: int = ROWS_PER_FILE
                   ) -> tuple[list[str], int]:
     """Write this shard's rows as MultiSlot files in out_dir (reused when up to date)."""

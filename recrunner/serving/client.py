@@ -40,8 +40,8 @@ def read_labeled(path: str | Path, limit: int) -> Labeled:
                     continue
                 label, sep, rest = raw.partition(b"\t")
                 if not sep or label not in (b"0", b"1"):
-                    raise RecrunnerError(f"{path}:{len(lines) + 1}: expected a labeled Criteo "
-                                         "row (label 0/1, tab, I1..I13, C1..C26)")
+                    raise RecrunnerError(f"{path}:{len(lines) + 1}: expected a labeled row "
+                                         "(label 0/1, a tab, the label-less row)")
                 lines.append(rest)
                 labels.append(float(label))
     except OSError as exc:

@@ -12,9 +12,12 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from recrunner.export import ExportedModel, load_export
+import numpy as np
+
+from recrunner.export import DENSE_INPUT, SPARSE_INPUT, ExportedModel, load_export
 from recrunner.export.check import select_engine
 from recrunner.export.engines import ENGINES, PredictFn, paddle_predict
+from recrunner.export.spec import batch_inputs, input_names
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +26,21 @@ log = logging.getLogger(__name__)
 class Engine:
     name: str  # "paddle" or "onnx"
     exported: ExportedModel
+    # fn(dense, sparse) per worker: the batcher's view (the export's own input order aside).
     predict_fns: list[PredictFn]
     note: str = ""
+
+
+def by_batch(fn: PredictFn, meta: dict) -> PredictFn:
+    """`fn` (the export's inputs in its order) called with a batch's dense and id matrices."""
+    names = input_names(meta)
+    if names == [DENSE_INPUT, SPARSE_INPUT]:
+        return fn
+
+    def predict(dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+        return fn(*batch_inputs(meta, dense, sparse))
+
+    return predict
 
 
 def load_engine(model_dir: Path, engine: str, threads: int, workers: int) -> Engine:
@@ -35,10 +51,13 @@ def load_engine(model_dir: Path, engine: str, threads: int, workers: int) -> Eng
     name, fn, note = select_engine(Path(model_dir), exported.meta, exported.probe, candidates,
                                    threads, exported.predictor)
     log.info("serving %s with %s (%s)", model_dir, name, note)
+    fns: list[PredictFn]
     if name == "paddle":
         # A predictor is not thread-safe: one clone per worker thread.
         clones = [paddle_predict(exported.predictor.clone(), exported.input_names)
                   for _ in range(workers - 1)]
-        return Engine(name, exported, [fn, *clones], note)
-    # One session serves every worker thread (InferenceSession.run is thread-safe).
-    return Engine(name, exported, [fn] * workers, note)
+        fns = [fn, *clones]
+    else:
+        # One session serves every worker thread (InferenceSession.run is thread-safe).
+        fns = [fn] * workers
+    return Engine(name, exported, [by_batch(f, exported.meta) for f in fns], note)

@@ -7,6 +7,7 @@ runs `recrun serve` on it; it is validated against the upstream CRD before anyth
 """
 
 import io
+import json
 import shlex
 import sys
 import tarfile
@@ -35,14 +36,17 @@ CLIENT_CONF = "serving_client_conf.prototxt"
 BUNDLE = "serving_bundle.tar.gz"
 POD_MODEL_DIR = "/models/bundle"
 # (name, type code, shape without the batch dimension)
-FEED_VARS = ((DENSE_INPUT, FLOAT32, 13), (SPARSE_INPUT, INT64, 26))
 FETCH_VARS = ((OUTPUT, FLOAT32, 1),)
 
 
-def prototxt() -> str:
-    """Feed/fetch vars in Paddle Serving's GeneralModelConfig text format (server = client)."""
+def prototxt(meta: dict[str, Any]) -> str:
+    """Feed/fetch vars in Paddle Serving's GeneralModelConfig text format (server = client),
+    with the export's input widths."""
+    widths = {i["name"]: i["shape"][1] for i in meta["inputs"]}
+    feed_vars = ((DENSE_INPUT, FLOAT32, widths[DENSE_INPUT]),
+                 (SPARSE_INPUT, INT64, widths[SPARSE_INPUT]))
     parts = []
-    for kind, vars_ in (("feed", FEED_VARS), ("fetch", FETCH_VARS)):
+    for kind, vars_ in (("feed", feed_vars), ("fetch", FETCH_VARS)):
         for name, code, width in vars_:
             parts.append(f'{kind}_var {{\n  name: "{name}"\n  alias_name: "{name}"\n'
                          f"  is_lod_tensor: false\n  {kind}_type: {code}\n  shape: {width}\n}}\n")
@@ -54,7 +58,7 @@ def write_bundle(model_dir: Path) -> Path:
     if not (model_dir / META_FILE).is_file():
         raise RecrunnerError(f"{model_dir} is not a recrunner export (no {META_FILE}); train "
                              "first, or set serving.model_dir / runner.output_dir")
-    text = prototxt()
+    text = prototxt(json.loads((model_dir / META_FILE).read_text()))
     for name in (SERVER_CONF, CLIENT_CONF):
         (model_dir / name).write_text(text)
     tar_path = model_dir.parent / BUNDLE

@@ -12,9 +12,9 @@ from typing import Any, cast
 import numpy as np
 
 from recrunner.data.errors import DataError, RowErrors
-from recrunner.data.formats import BlockInvalid, CriteoFormat, SlotFormat
+from recrunner.data.formats import BlockInvalid, RowFormat, object_format, object_lines, row_format
 from recrunner.data.reader import parse_block
-from recrunner.data.transform import DENSE_NAMES, NUM_DENSE, NUM_SPARSE, SPARSE_NAMES, Preprocessor
+from recrunner.data.schema import Schema
 from recrunner.export import DENSE_INPUT, OUTPUT, SPARSE_INPUT
 
 try:  # 2-3x faster than json on number arrays, which dominate the request time
@@ -39,10 +39,7 @@ except ImportError:  # pragma: no cover - orjson is a declared dependency
 # Paddle Serving's elem_type codes and the data field each one travels in.
 INT64, FLOAT32, INT32, STRING = 0, 1, 2, 20
 DATA_FIELD = {INT64: "int64_data", FLOAT32: "float_data", INT32: "int_data", STRING: "data"}
-FEEDS = {DENSE_INPUT: (NUM_DENSE, FLOAT32), SPARSE_INPUT: (NUM_SPARSE, INT64)}
 ENGINE_NAME = "general_infer_0"
-COLUMNS = DENSE_NAMES + SPARSE_NAMES
-COLUMN_INDEX = {name: i for i, name in enumerate(COLUMNS)}
 
 
 class BadRequest(Exception):
@@ -56,20 +53,28 @@ class BadRequest(Exception):
 class Model:
     """What request parsing needs to know about the export."""
 
-    pre: Preprocessor
-    data_format: str
+    schema: Schema
     output_names: tuple[str, ...]  # names a client may fetch the probability by
 
     @property
     def num_buckets(self) -> int:
-        return self.pre.num_buckets
+        return self.schema.table_rows
 
     @functools.cached_property
-    def row_format(self) -> CriteoFormat | SlotFormat:
+    def feeds(self) -> dict[str, tuple[int, int]]:
+        """Feed var -> (width, elem_type)."""
+        return {DENSE_INPUT: (self.schema.num_dense, FLOAT32),
+                SPARSE_INPUT: (self.schema.sparse_width, INT64)}
+
+    @functools.cached_property
+    def row_format(self) -> RowFormat:
         """The label-less row parser, built once (not per request)."""
-        if self.data_format == "criteo":
-            return CriteoFormat(self.pre, labeled=False)
-        return SlotFormat(self.pre, labeled=False)
+        return row_format(self.schema, labeled=False)
+
+    @functools.cached_property
+    def object_format(self) -> RowFormat:
+        """The parser of JSON objects' rows (object_lines)."""
+        return object_format(self.schema)
 
 
 def parse_json(body: bytes) -> Any:
@@ -96,7 +101,8 @@ def _numbers(values: Any, what: str, integer: bool) -> np.ndarray:
 
 def check_arrays(model: Model, dense: np.ndarray, sparse: np.ndarray) -> tuple[np.ndarray,
                                                                                 np.ndarray]:
-    """Cast and range-check the model inputs (shapes are already [N, 13] and [N, 26])."""
+    """Cast and range-check the model inputs (shapes are already [N, num_dense] and
+    [N, sparse_width])."""
     if dense.dtype.kind == "f" and not np.isfinite(dense).all():
         raise BadRequest(f"{DENSE_INPUT} holds NaN or infinite values")
     dense = np.ascontiguousarray(dense, np.float32)
@@ -149,14 +155,15 @@ def parse_inference(model: Model, body: bytes) -> InferenceRequest:
         if not isinstance(t, dict):
             raise BadRequest(f"tensor[{i}] must be an object")
         # Clients send the feed's alias_name (serving_client_conf) and its name; accept either.
-        name = next((n for n in (t.get("alias_name"), t.get("name")) if n in FEEDS), None)
+        name = next((n for n in (t.get("alias_name"), t.get("name")) if n in model.feeds),
+                    None)
         if name is None:
             given = t.get("alias_name") or t.get("name")
             raise BadRequest(f"tensor[{i}]: unknown feed var {given!r} (expected "
-                             f"{', '.join(FEEDS)})")
+                             f"{', '.join(model.feeds)})")
         if name in arrays:
             raise BadRequest(f"feed var {name!r} given twice")
-        width, want_type = FEEDS[name]
+        width, want_type = model.feeds[name]
         elem_type = t.get("elem_type")
         allowed = (INT64, INT32) if want_type == INT64 else (FLOAT32,)
         if elem_type not in allowed:
@@ -177,7 +184,7 @@ def parse_inference(model: Model, body: bytes) -> InferenceRequest:
             raise BadRequest(f"{name}: shape {shape} needs {shape[0] * width} values, "
                              f"got {data.size}")
         arrays[name] = data.reshape(shape[0], width)
-    missing = [n for n in FEEDS if n not in arrays]
+    missing = [n for n in model.feeds if n not in arrays]
     if missing:
         raise BadRequest(f"missing feed var {missing[0]!r}")
     dense, sparse = arrays[DENSE_INPUT], arrays[SPARSE_INPUT]
@@ -246,14 +253,16 @@ def parse_prediction(model: Model, body: bytes) -> PredictionRequest:
         raise BadRequest("'feed' must be a non-empty list of {feed var: values} objects")
     for i, sample in enumerate(feed):
         for key in sample:
-            if key not in FEEDS:
+            if key not in model.feeds:
                 raise BadRequest(f"feed[{i}]: unknown feed var {key!r} (expected "
-                                 f"{', '.join(FEEDS)})")
-        for key in FEEDS:
+                                 f"{', '.join(model.feeds)})")
+        for key in model.feeds:
             if key not in sample:
                 raise BadRequest(f"feed[{i}]: missing feed var {key!r}")
-    dense = _feed_rows([f[DENSE_INPUT] for f in feed], DENSE_INPUT, NUM_DENSE, False)
-    sparse = _feed_rows([f[SPARSE_INPUT] for f in feed], SPARSE_INPUT, NUM_SPARSE, True)
+    dense = _feed_rows([f[DENSE_INPUT] for f in feed], DENSE_INPUT, model.schema.num_dense,
+                       False)
+    sparse = _feed_rows([f[SPARSE_INPUT] for f in feed], SPARSE_INPUT,
+                        model.schema.sparse_width, True)
     if len(dense) != len(sparse):
         raise BadRequest(f"{DENSE_INPUT} has {len(dense)} rows, {SPARSE_INPUT} {len(sparse)}")
     dense, sparse = check_arrays(model, dense, sparse)
@@ -267,88 +276,59 @@ def prediction_reply(req: PredictionRequest, probs: np.ndarray) -> dict[str, Any
     return {"result": {name: column for name in req.fetch}}
 
 
-# --- POST /predict (raw Criteo rows, preprocessed exactly as in training) -------------------
+# --- POST /predict (raw rows of the dataset's schema, preprocessed exactly as in training) --
 
-def _cell(value: Any, column: str, row: int) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise BadRequest(f"row {row}: {column} must be a string or number, got "
-                         f"{type(value).__name__}")
-    text = value if isinstance(value, str) else repr(value)
-    if "\t" in text or "\n" in text or "\r" in text:
-        raise BadRequest(f"row {row}: {column} contains a tab or line break")
-    return text
-
-
-def _object_line(obj: dict[str, Any], row: int) -> str:
-    cells = [""] * len(COLUMNS)
-    for key, value in obj.items():
-        j = COLUMN_INDEX.get(key)
-        if j is None:
-            raise BadRequest(f"row {row}: unknown column {key!r} (expected I1..I13, C1..C26)")
-        cells[j] = _cell(value, key, row)
-    return "\t".join(cells)
-
-
-def raw_block(model: Model, body: bytes, is_json: bool) -> bytes:
-    """The request's rows as lines of the export's format (label-less)."""
+def raw_block(model: Model, body: bytes, is_json: bool) -> tuple[bytes, bool]:
+    """The request's rows as lines (label-less): (block, whether they are object_lines)."""
     if not is_json:
-        return body
+        return body, False
     req = parse_json(body)
     rows = req.get("rows", req.get("instances")) if isinstance(req, dict) else req
     if not isinstance(rows, list):
-        raise BadRequest("body must be a JSON list of rows, or {\"rows\": [...]}; each row a "
-                         "{\"I1\": .., \"C1\": ..} object or a tab-separated line")
-    lines = []
+        raise BadRequest("body must be a JSON list of rows, or {\"rows\": [...]}; each row an "
+                         "object keyed by column name or a line in the dataset's format")
+    objects = [row for row in rows if isinstance(row, dict)]
     for i, row in enumerate(rows, 1):
-        if isinstance(row, str):
-            if "\n" in row or "\r" in row:
-                raise BadRequest(f"row {i}: a string row must be one line")
-            lines.append(row)
-        elif isinstance(row, dict):
-            if model.data_format != "criteo":
-                raise BadRequest(f"this export reads {model.data_format} lines: send rows as "
-                                 "strings")
-            lines.append(_object_line(row, i))
-        else:
+        if not isinstance(row, dict | str):
             raise BadRequest(f"row {i} must be an object or a string, got {type(row).__name__}")
-    return ("\n".join(lines) + "\n").encode() if lines else b""
+        if objects and not isinstance(row, dict):
+            raise BadRequest(f"row {i}: send either objects or strings, not both")
+        if isinstance(row, str) and ("\n" in row or "\r" in row):
+            raise BadRequest(f"row {i}: a string row must be one line")
+    try:
+        lines = object_lines(model.schema, objects) if objects else rows
+    except DataError as exc:
+        raise BadRequest(str(exc)) from exc
+    return (("\n".join(lines) + "\n").encode() if lines else b""), bool(objects)
 
 
 @dataclass
 class RawRows:
     """One request's rows, ready to be parsed alone or merged with others."""
 
-    fmt: CriteoFormat | SlotFormat
+    fmt: RowFormat
     block: bytes  # as sent (header removed), parsed alone to name a bad line
     first_line: int
     lines: list[bytes]  # non-blank lines, '\r' stripped: what a merged parse sees
 
     @property
-    def key(self) -> tuple[str, str]:
-        return type(self.fmt).__name__, getattr(self.fmt, "delimiter", " ")
+    def key(self) -> Any:
+        return self.fmt.key
 
 
 def prepare_raw(model: Model, body: bytes, is_json: bool) -> RawRows:
     """Rows of /predict in the export's format, with its header and delimiter handled as
     `recrun predict` handles a file's first block."""
-    block = raw_block(model, body, is_json)
-    fmt: CriteoFormat | SlotFormat
-    if model.data_format == "criteo":
-        criteo = cast(CriteoFormat, model.row_format)
-        head = block.split(b"\n", 1)[0]
+    block, objects = raw_block(model, body, is_json)
+    fmt, first = model.object_format, 1
+    if not objects:
+        head, _, rest = block.partition(b"\n")
         try:
-            delimiter = criteo.header_delimiter(head)
+            fmt, skip = model.row_format.start(head)
         except ValueError as exc:
             raise BadRequest(f"line 1: {exc}") from exc
-        fmt, first = criteo, 1
-        if delimiter is not None:  # a header line, as files may have
-            fmt, block, first = criteo.with_delimiter(delimiter), block.split(b"\n", 1)[1], 2
-        elif b"\t" not in head and b"," in head:
-            fmt = criteo.with_delimiter(",")
-    else:
-        fmt, first = model.row_format, 1
+        if skip:  # a header line, as files may have
+            block, first = rest, 2
     lines = [ln.rstrip(b"\r") for ln in block.split(b"\n")]
     lines = [ln for ln in lines if ln.strip()]
     if not lines:
@@ -376,7 +356,7 @@ def parse_many(items: list[RawRows]) -> list[Parsed | BadRequest]:
     """Parse requests together (rows are independent, so each gets the rows it would get
     alone); a group that fails is parsed request by request to name each bad line."""
     out: list[Parsed | BadRequest | None] = [None] * len(items)
-    groups: dict[tuple[str, str], list[int]] = {}
+    groups: dict[Any, list[int]] = {}
     for i, item in enumerate(items):
         groups.setdefault(item.key, []).append(i)
     for idx in groups.values():

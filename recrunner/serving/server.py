@@ -86,8 +86,7 @@ class ServingApp:
                                  max(1, self.cfg.workers))
             exported = engine.exported
             names = (OUTPUT, *exported.predictor.get_output_names())
-            self.model = protocol.Model(exported.preprocessor, exported.meta.get("format",
-                                                                                "criteo"), names)
+            self.model = protocol.Model(exported.schema, names)
             self.engine, self.engine_note = engine.name, engine.note
             self.batcher = MicroBatcher(engine.predict_fns, self.cfg.max_batch_rows,
                                         self.cfg.batch_wait_ms / 1000, self.cfg.max_queue_rows)

@@ -9,21 +9,26 @@ from omegaconf import OmegaConf
 
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
-from recrunner.data.transform import NUM_DENSE, SPARSE_NAMES, Preprocessor
+from recrunner.data.schema import Schema, schema_for
 from recrunner.models import Field, ModelInputs, load_net_class
 
 
-def preprocessor_for(cfg: RootConfig) -> Preprocessor:
-    return Preprocessor(cfg.model.sparse_feature_number, str(cfg.dataset.dense_transform),
-                        list(cfg.dataset.dense_min), list(cfg.dataset.dense_max))
+def dataset_schema(cfg: RootConfig) -> Schema:
+    """The dataset's features as this model sees them (its common hashed space)."""
+    return schema_for(cfg.dataset, cfg.model.sparse_feature_number)
 
 
 def model_inputs(cfg: RootConfig) -> ModelInputs:
-    return ModelInputs(NUM_DENSE, tuple(Field(name) for name in SPARSE_NAMES))
+    """What the model is told of its inputs: the schema's shapes, nothing of its columns."""
+    schema = dataset_schema(cfg)
+    return ModelInputs(schema.num_dense,
+                       tuple(Field(f.name, f.width, f.pooling) for f in schema.fields),
+                       schema.pad_id)
 
 
 def table_rows(cfg: RootConfig) -> int:
-    return cfg.model.sparse_feature_number
+    """The common hashed space, the features' private ranges and the padding row."""
+    return dataset_schema(cfg).table_rows
 
 
 def table_width(cfg: RootConfig) -> int:
@@ -61,4 +66,4 @@ def net_predictor(net: Any) -> Callable[[Batch], np.ndarray]:
 def model_fingerprint(cfg: RootConfig) -> dict[str, Any]:
     """What must match for a checkpoint to be resumable into this config."""
     return {"model": OmegaConf.to_container(OmegaConf.structured(cfg.model)),
-            "dense_transform": str(cfg.dataset.dense_transform)}
+            "schema": dataset_schema(cfg).fingerprint()}

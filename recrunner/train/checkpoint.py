@@ -97,7 +97,7 @@ def to_resume(output_dir: str | Path, resume: bool,
                              "runner.output_dir")
     if fingerprint is not None and ckpt.state.get("fingerprint") != fingerprint:
         raise RecrunnerError(f"checkpoint {ckpt.path} was trained with another model config; "
-                             "resume with the same model.* and dataset.dense_transform")
+                             "resume with the same model.* and dataset.schema")
     return ckpt
 
 

@@ -14,7 +14,7 @@ from recrunner.data.batch import Batch
 from recrunner.export import save_export
 from recrunner.runtime import import_paddle
 from recrunner.train import optim
-from recrunner.train.build import build_net, net_predictor, preprocessor_for
+from recrunner.train.build import build_net, net_predictor
 from recrunner.train.checkpoint import Checkpoint
 from recrunner.train.console import EpochProgress
 from recrunner.train.engine import EpochStats, ModelState, OnStep
@@ -53,7 +53,8 @@ class DygraphEngine:
     def train_batches(self) -> Iterator[tuple[Batch, bool]]:
         """(batch, trained by every process together) as this process's group steps."""
         batches = self.reader.batches(self.cfg.dataset.train, self.cfg.runner.batch_size)
-        return self.group.lockstep(batches, self.cfg.runner.batch_size)
+        empty = Batch.empty(self.reader.schema.num_dense, self.reader.schema.sparse_width)
+        return self.group.lockstep(batches, self.cfg.runner.batch_size, empty)
 
     def train_epoch(self, epoch: int, on_step: OnStep) -> EpochStats:
         cfg = self.cfg.runner
@@ -97,5 +98,4 @@ class DygraphEngine:
         self.opt.set_state_dict(state.optimizer)
 
     def export(self, export_dir: Path, extra: dict[str, Any]) -> Path:
-        return save_export(self.net, export_dir, preprocessor_for(self.cfg),
-                           str(self.cfg.dataset.format), self.cfg.model.name, extra)
+        return save_export(self.net, export_dir, self.reader.schema, self.cfg.model.name, extra)

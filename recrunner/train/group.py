@@ -29,9 +29,10 @@ class LocalGroup:
         """The network as this group trains it (DataParallel in a collective group)."""
         return net
 
-    def lockstep(self, batches: Iterator[Batch], size: int) -> Iterator[tuple[Batch, bool]]:
+    def lockstep(self, batches: Iterator[Batch], size: int,
+                 empty: Batch) -> Iterator[tuple[Batch, bool]]:
         """(batch, trained by every rank together): ranks that step together (collective)
-        must take the same number of steps."""
+        must take the same number of steps. `empty`: a batch of no rows of this data."""
         return ((batch, False) for batch in batches)
 
     def gather(self, values: np.ndarray) -> np.ndarray:

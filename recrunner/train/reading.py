@@ -9,19 +9,19 @@ from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import Shard, expand_paths, iter_examples, prefetch, rebatch
-from recrunner.train.build import preprocessor_for
+from recrunner.train.build import dataset_schema
 
 
 class Reader:
     def __init__(self, cfg: RootConfig, shard: Shard) -> None:
         self.dataset = cfg.dataset
         self.shard = shard
-        self.pre = preprocessor_for(cfg)
+        self.schema = dataset_schema(cfg)
         self.errors = RowErrors(str(cfg.dataset.on_error), cfg.dataset.max_logged_errors)
 
     def blocks(self, spec: str) -> Iterator[Batch]:
         """Parsed blocks of this process's shard of `spec`, in file order."""
-        return iter_examples(self.dataset, spec, self.pre, self.errors, self.shard)
+        return iter_examples(self.dataset, spec, self.schema, self.errors, self.shard)
 
     def batches(self, spec: str, size: int) -> Iterator[Batch]:
         """Batches of `size` rows, parsed in a background thread."""
