@@ -71,7 +71,7 @@ def test_paddle_inference_inplace_pass_miscompiles_a_tiny_network(tmp_path, monk
 def test_probe_inputs_follow_the_spec() -> None:
     from recrunner.train.build import dataset_schema
 
-    pre = dataset_schema(load(["dataset=criteo", "model.sparse_feature_number=101"]))
+    pre = dataset_schema(load(["model.sparse_feature_number=101"]))  # the Criteo schema
     spec = [{"name": "dense", "dtype": "float32", "shape": [-1, 13]},
             {"name": "ids", "dtype": "int64", "shape": [-1, 5]}]
     dense, ids = probe_inputs(spec, pre, rows=50)
@@ -172,21 +172,43 @@ def test_an_engine_that_disagrees_fails_the_export(run: Run, tmp_path, monkeypat
     assert not target.exists() and list(tmp_path.iterdir()) == []  # nothing that looks valid
 
 
-def test_deepfm_without_the_fix_fails_its_export(run: Run, tmp_path, monkeypatch) -> None:
-    """The original bug end to end: paddle.inference with its inplace_pass mis-computes DeepFM;
-    the self-check catches it (Wide & Deep happens to have no op it hits)."""
-    if run.cfg.model.name != "deepfm":
-        pytest.skip("Wide & Deep has no in-place-able op reading a shared oneDNN output")
-    pre = load_export(run.export).schema
+def with_miscompiled_ops(inner: object) -> object:
+    """`inner` (a trained Net) followed by the op pattern paddle.inference's inplace_pass
+    mis-compiles (a oneDNN matmul's output squared in place, then read again)."""
+    import paddle
+
+    class Net(paddle.nn.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+            self.w = self.create_parameter([1, 4])
+            self.v = self.create_parameter([4, 4])
+
+        def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
+            h = paddle.matmul(self.inner(dense, sparse_ids), self.w)
+            return paddle.sum(paddle.square(h) + paddle.matmul(h, self.v), axis=1, keepdim=True)
+
+    return Net()
+
+
+def test_an_export_the_broken_pass_miscompiles_is_refused(run: Run, tmp_path,
+                                                          monkeypatch) -> None:
+    """The original DeepFM bug end to end: paddle.inference with its inplace_pass mis-computes
+    such a network, and the self-check (writing, loading, serving) catches it."""
+    import paddle
+
+    paddle.seed(1)
+    net = with_miscompiled_ops(run.net)
+    schema = load_export(run.export).schema
+    good = save_export(net, tmp_path / "good", schema, run.cfg.model.name)  # with the fix
     monkeypatch.setattr(engines, "BROKEN_PASSES", ())
     with pytest.raises(ExportCheckError, match="paddle.inference differs from the trained"):
-        load_export(run.export)  # the verified export, in the broken engine
+        load_export(good)  # the verified export, in the broken engine
     with pytest.raises(ExportCheckError, match="paddle.inference differs from the trained"):
-        save_export(run.net, tmp_path / "export", pre, "deepfm")
+        save_export(net, tmp_path / "export", schema, run.cfg.model.name)
     assert not (tmp_path / "export").exists()
     # An export from before the self-check (no probe): the engines disagree, so none is trusted.
-    shutil.rmtree(run.export.with_name("old"), ignore_errors=True)
-    old = Path(shutil.copytree(run.export, run.export.with_name("old")))
+    old = Path(shutil.copytree(good, tmp_path / "old"))
     (old / PROBE_FILE).unlink()
     from recrunner.serving.engine import load_engine
 
