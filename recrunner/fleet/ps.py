@@ -24,6 +24,8 @@ from recrunner.config.schema import RootConfig
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import Shard, iter_examples, rebatch, unshard
 from recrunner.data.transform import NUM_DENSE, NUM_SPARSE
+from recrunner.fleet.geo import load_geo_copies
+from recrunner.fleet.ps_tables import ps_table_configs, trainer_optimizer
 from recrunner.fleet.roles import DistError, Role, check_port_free, wait_for_port
 from recrunner.train import checkpoint
 from recrunner.train.loop import build_net, model_fingerprint, preprocessor_for
@@ -47,23 +49,6 @@ def check_sync_mode(cfg: RootConfig) -> None:
     if paddle_version.startswith("3.0."):
         raise DistError(f"mode.sync_mode=sync crashes paddlepaddle {paddle_version}'s parameter "
                         "server (segfault in SendBarrierOp); use mode.sync_mode=async or geo")
-
-
-GEO_RESUME = ("mode.sync_mode=geo cannot resume from a checkpoint: geo trainers keep local "
-              "copies of every parameter, and paddlepaddle 3.0's fleet cannot reload them "
-              "consistently with the servers (the resumed model was worse than chance); resume "
-              "with mode.sync_mode=async, or start a new runner.output_dir")
-
-
-def check_resumable(cfg: RootConfig, resuming: bool) -> None:
-    """Refuse what needs a resume in geo mode: a resumed run, or automatic restarts."""
-    if str(cfg.mode.name) != "ps" or cfg.mode.sync_mode != "geo":
-        return
-    if resuming:
-        raise DistError(GEO_RESUME)
-    if cfg.mode.max_restarts:
-        raise DistError("mode.max_restarts restarts from the last checkpoint, but "
-                        + GEO_RESUME)
 
 
 class FleetEmbedding:
@@ -316,13 +301,14 @@ class PsJob:
                                     model_fingerprint(self.cfg))
         if ckpt is None:
             return
-        check_resumable(self.cfg, resuming=True)
-        ps_dir = ckpt.path.parent / ckpt.state.get("ps_tables", f"{ckpt.epoch}.ps")
-        if not ps_dir.is_dir():
-            raise DistError(f"checkpoint {ckpt.path} has no parameter-server tables "
-                            f"({ps_dir}); it was not written by mode=ps")
-        self.fleet.load_model(str(ps_dir), mode=0)  # servers load tables + optimizer states
-        self.pull_dense()
+        # geo: run_ps has loaded the checkpoint into every copy (fleet.geo.load_geo_copies).
+        if self.cfg.mode.sync_mode != "geo":
+            ps_dir = ckpt.path.parent / ckpt.state.get("ps_tables", f"{ckpt.epoch}.ps")
+            if not ps_dir.is_dir():
+                raise DistError(f"checkpoint {ckpt.path} has no parameter-server tables "
+                                f"({ps_dir}); it was not written by mode=ps")
+            self.fleet.load_model(str(ps_dir), mode=0)  # tables + optimizer states
+            self.pull_dense()
         self.progress.resume(ckpt)
         log.info("resumed from %s (epoch %d)", ckpt.path, ckpt.epoch)
 
@@ -387,13 +373,9 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     if cfg.mode.sync_mode == "geo":
         strategy.a_sync_configs = {"k_steps": cfg.mode.geo_k_steps}
     else:
-        accessor = f"table_parameters.{TABLE}.accessor"
-        strategy.sparse_table_configs = {TABLE: {
-            f"{accessor}.{rule}.adam.learning_rate": cfg.mode.table_learning_rate
-            for rule in ("embed_sgd_param", "embedx_sgd_param")}}
+        strategy.sparse_table_configs = ps_table_configs(cfg, TABLE)
     with paddle.static.program_guard(graph.main, graph.startup):
-        opt = fleet.distributed_optimizer(
-            paddle.optimizer.Adam(learning_rate=cfg.runner.learning_rate), strategy)
+        opt = fleet.distributed_optimizer(trainer_optimizer(paddle, cfg), strategy)
         opt.minimize(graph.loss)
     if role.is_server:
         fleet.init_server()
@@ -404,6 +386,8 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
 
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(graph.startup)
+    if cfg.mode.sync_mode == "geo":  # before init_worker shares this trainer's copies
+        load_geo_copies(cfg, graph.net, TABLE)
     for ep in role.servers:  # 3.0.0's own wait_server_ready does nothing
         wait_for_port(ep, timeout, "parameter server")
     fleet.init_worker()

@@ -8,9 +8,9 @@ import threading
 from typing import Any
 
 from recrunner.config.schema import RootConfig
+from recrunner.errors import RecrunnerError, one_line
 from recrunner.fleet import status
 from recrunner.fleet.roles import DistError, Role, prepare_env, role_from_env
-from recrunner.errors import RecrunnerError, one_line
 
 log = logging.getLogger("recrunner.fleet")
 

@@ -1,0 +1,55 @@
+"""The parameter servers' update rules, derived from mode=local's optimizer.
+
+mode=local trains the embedding table with lazy Adam and the dense parameters with Adam, both
+at runner.learning_rate with Paddle's default betas and epsilon, the table initialised
+Uniform(-model.init_scale, model.init_scale) (recrunner/train/optim.py, models/rank/blocks.py).
+`ps_table_configs` states the same rule for the servers' table (fleet's `sparse_table_configs`);
+the servers' dense table (C++ DAdam) takes its rate from the trainers' optimizer and has the
+default betas and epsilon built in, which `dense_optimizer` checks.
+"""
+
+import json
+import os
+from typing import Any
+
+from recrunner.config.schema import RootConfig
+from recrunner.train import optim
+
+# No clipping: mode=local bounds no weight (the accessor's default is [-10, 10]).
+NO_BOUND = 3.0e38
+
+
+def ps_table_configs(cfg: RootConfig, table: str) -> dict[str, dict[str, Any]]:
+    """fleet's sparse_table_configs for `table`: lazy Adam as in mode=local."""
+    acc = f"table_parameters.{table}.accessor"
+    adam = {"learning_rate": cfg.runner.learning_rate,
+            "initial_range": cfg.model.init_scale,
+            "beta1_decay_rate": optim.BETA1, "beta2_decay_rate": optim.BETA2,
+            "ada_epsilon": optim.EPSILON, "weight_bounds": [-NO_BOUND, NO_BOUND]}
+    conf: dict[str, Any] = {
+        f"table_parameters.{table}.table_class": "MemorySparseTable",
+        f"{acc}.accessor_class": "SparseAccessor",
+        # Train every column of a row from its first push (no show/click gating).
+        f"{acc}.embedx_threshold": 0,
+        # Every column random, as mode=local's Uniform init (default: column 0 at zero).
+        f"{acc}.ctr_accessor_param.zero_init": False,
+        # Never decay show/click or drop rows.
+        f"{acc}.ctr_accessor_param.show_click_decay_rate": 1.0,
+        f"{acc}.ctr_accessor_param.delete_threshold": 0.0,
+    }
+    for rule in ("embed_sgd_param", "embedx_sgd_param"):
+        conf[f"{acc}.{rule}.name"] = "SparseAdamSGDRule"
+        conf.update({f"{acc}.{rule}.adam.{k}": v for k, v in adam.items()})
+    extra = os.environ.get("RECRUN_PS_EXP")
+    if extra:
+        conf.update({k.replace("ACC", acc): v for k, v in json.loads(extra).items()})
+    return {table: conf}
+
+
+def trainer_optimizer(paddle: Any, cfg: RootConfig) -> Any:
+    """The optimizer fleet distributes. async: the servers' dense table takes its rate (C++
+    DAdam has mode=local's betas and epsilon built in); geo: trainers run it on their own
+    copies, lazily on the table's rows as mode=local (a plain Adam would update all 1M rows
+    every step)."""
+    return paddle.optimizer.Adam(learning_rate=cfg.runner.learning_rate, beta1=optim.BETA1,
+                                 beta2=optim.BETA2, epsilon=optim.EPSILON, lazy_mode=True)
