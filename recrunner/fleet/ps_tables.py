@@ -53,3 +53,32 @@ def trainer_optimizer(paddle: Any, cfg: RootConfig) -> Any:
     every step)."""
     return paddle.optimizer.Adam(learning_rate=cfg.runner.learning_rate, beta1=optim.BETA1,
                                  beta2=optim.BETA2, epsilon=optim.EPSILON, lazy_mode=True)
+
+
+# brpc flags the client's configuration (PSParameter.init_gflags) replaces when set
+# (Communicator::InitGFlag's defaults), plus the one that matters for training:
+# pserver_push_sparse_merge_limit (default 12) makes each trainer's client hold back its
+# table gradients and sum about 12 batches of them into one push, so the servers' Adam takes
+# one step per ~12 batches on rows up to 12 batches stale; 0 sends every batch's push.
+CLIENT_GFLAGS = ("-max_body_size=314217728 -bthread_concurrency=40 "
+                 "-socket_max_unwritten_bytes=2048000000 -max_connection_pool_size=1950 "
+                 "-pserver_push_sparse_merge_limit=0")
+
+
+def install_client_gflags(gflags: str = CLIENT_GFLAGS) -> None:
+    """Make the_one_ps put `gflags` into the worker configuration it hands the C++ client
+    (FleetWrapper::InitWorker parses them); fleet's Python API has no setting for it."""
+    from paddle.distributed.ps import the_one_ps
+
+    builder = the_one_ps.PsDescBuilder
+    if getattr(builder.build_worker_desc, "recrun_gflags", None) == gflags:
+        return
+    build = getattr(builder.build_worker_desc, "__wrapped__", builder.build_worker_desc)
+
+    def build_worker_desc(self: Any) -> str:
+        self.ps_desc.init_gflags = gflags
+        return build(self)
+
+    build_worker_desc.__wrapped__ = build  # type: ignore[attr-defined]
+    build_worker_desc.recrun_gflags = gflags  # type: ignore[attr-defined]
+    builder.build_worker_desc = build_worker_desc
