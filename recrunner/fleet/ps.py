@@ -25,7 +25,7 @@ from recrunner.data.errors import RowErrors
 from recrunner.data.reader import Shard, iter_examples, rebatch, unshard
 from recrunner.data.transform import NUM_DENSE, NUM_SPARSE
 from recrunner.fleet.geo import load_geo_copies
-from recrunner.fleet.ps_tables import install_client_gflags, ps_table_configs, trainer_optimizer
+from recrunner.fleet.ps_tables import configure_strategy, trainer_optimizer
 from recrunner.fleet.roles import DistError, Role, check_port_free, wait_for_port
 from recrunner.train import checkpoint
 from recrunner.train.loop import build_net, model_fingerprint, preprocessor_for
@@ -369,13 +369,7 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     fleet.init(fleet.PaddleCloudRoleMaker(is_collective=False))
     graph = build_graph(cfg)
     strategy = fleet.DistributedStrategy()
-    strategy.a_sync = True
-    if cfg.mode.sync_mode == "geo":
-        strategy.a_sync_configs = {"k_steps": cfg.mode.geo_k_steps}
-    else:
-        strategy.sparse_table_configs = ps_table_configs(cfg, TABLE)
-        if os.environ.get("RECRUN_NO_GFLAGS") is None:
-            install_client_gflags()
+    configure_strategy(strategy, cfg, TABLE)
     with paddle.static.program_guard(graph.main, graph.startup):
         opt = fleet.distributed_optimizer(trainer_optimizer(paddle, cfg), strategy)
         opt.minimize(graph.loss)

@@ -1,14 +1,15 @@
-"""The parameter servers' update rules, derived from mode=local's optimizer.
+"""mode=ps trains with mode=local's update rule: the servers' and clients' configuration.
 
 mode=local trains the embedding table with lazy Adam and the dense parameters with Adam, both
 at runner.learning_rate with Paddle's default betas and epsilon, the table initialised
 Uniform(-model.init_scale, model.init_scale) (recrunner/train/optim.py, models/rank/blocks.py).
-`ps_table_configs` states the same rule for the servers' table (fleet's `sparse_table_configs`);
-the servers' dense table (C++ DAdam) takes its rate from the trainers' optimizer and has the
-default betas and epsilon built in, which `dense_optimizer` checks.
+`configure_strategy` gives the PS job the same: the servers' table rule (fleet's
+`sparse_table_configs`), the optimizer the dense table (C++ DAdam, betas and epsilon built in)
+and geo's trainers take their rate from, and the client settings under which every batch's
+gradients reach the servers. What Paddle 3.0 cannot match (per-row Adam bias correction, the
+dense table's beta powers) is measured in docs/distributed.md.
 """
 
-import json
 import os
 from typing import Any
 
@@ -40,9 +41,6 @@ def ps_table_configs(cfg: RootConfig, table: str) -> dict[str, dict[str, Any]]:
     for rule in ("embed_sgd_param", "embedx_sgd_param"):
         conf[f"{acc}.{rule}.name"] = "SparseAdamSGDRule"
         conf.update({f"{acc}.{rule}.adam.{k}": v for k, v in adam.items()})
-    extra = os.environ.get("RECRUN_PS_EXP")
-    if extra:
-        conf.update({k.replace("ACC", acc): v for k, v in json.loads(extra).items()})
     return {table: conf}
 
 
@@ -82,3 +80,22 @@ def install_client_gflags(gflags: str = CLIENT_GFLAGS) -> None:
     build_worker_desc.__wrapped__ = build  # type: ignore[attr-defined]
     build_worker_desc.recrun_gflags = gflags  # type: ignore[attr-defined]
     builder.build_worker_desc = build_worker_desc
+
+
+# The async communicator's settings, which Paddle takes from the environment
+# (distributed/ps/utils/public.py, TrainerRuntimeConfig). Its receive thread refreshes a
+# trainer's dense parameters only after more than this many pushes (default 1: every second
+# batch); 0 pulls after every push, so trainers compute on fresher dense parameters.
+COMMUNICATOR_ENV = {"FLAGS_communicator_min_send_grad_num_before_recv": "0"}
+
+
+def configure_strategy(strategy: Any, cfg: RootConfig, table: str) -> None:
+    """Set up `strategy` (and this process's fleet client) to train as mode=local does."""
+    strategy.a_sync = True
+    if cfg.mode.sync_mode == "geo":
+        strategy.a_sync_configs = {"k_steps": cfg.mode.geo_k_steps}
+        return
+    strategy.sparse_table_configs = ps_table_configs(cfg, table)
+    install_client_gflags()
+    for key, value in COMMUNICATOR_ENV.items():
+        os.environ.setdefault(key, value)  # an explicit setting in the environment wins
