@@ -129,20 +129,26 @@ def test_ps_async_resumes_from_its_checkpoint(synth_data: dict[str, str],
     assert summary["auc"] > max(before - 0.02, 0.52), (before, summary["auc"])
 
 
-def test_ps_geo_trains_and_refuses_a_resume(synth_data: dict[str, str], tmp_path: Path) -> None:
-    run = tmp_path / "geo"
+def test_ps_geo_resumes_as_if_never_stopped(synth_data: dict[str, str], tmp_path: Path) -> None:
+    """2 geo epochs in one run, or 1 epoch and a resume: about the same model."""
     base = ["train", "mode=ps", "mode.sync_mode=geo", "mode.geo_k_steps=20",
-            *data_overrides(synth_data), *TRAIN, *run_dir_overrides(run)]
-    first = recrun(*base, "runner.epochs=1")
+            *data_overrides(synth_data), *TRAIN]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    assert recrun(*base, "runner.epochs=2", *run_dir_overrides(straight)).returncode == 0
+    first = recrun(*base, "runner.epochs=1", *run_dir_overrides(resumed))
     assert first.returncode == 0, first.stderr
-    assert json.loads((run / "summary.json").read_text())["auc"] > 0.6
+    second = recrun(*base, "runner.epochs=2", "runner.resume=true", *run_dir_overrides(resumed))
+    assert second.returncode == 0, second.stderr
+    aucs = {run.name: [json.loads(x)["auc"] for x in (run / "metrics.jsonl").read_text()
+                       .splitlines()] for run in (straight, resumed)}
+    assert len(aucs["resumed"]) == 2, aucs
+    # Before the trainers' copies were restored, a resumed geo model scored below 0.5. Geo
+    # runs differ by thread timing (±0.02 on this small data), hence the tolerance.
+    assert aucs["resumed"][1] > 0.7 and abs(aucs["resumed"][1] - aucs["straight"][1]) < 0.03
     from recrunner.export import load_export
 
-    assert load_export(run / "export").predictor.get_input_names() == ["dense", "sparse_ids"]
-    second = recrun(*base, "runner.epochs=2", "runner.resume=true", timeout=60)
-    assert second.returncode != 0
-    assert "mode.sync_mode=geo cannot resume" in second.stderr
-    assert len(second.stderr.strip().splitlines()) == 1
+    assert load_export(resumed / "export").predictor.get_input_names() == ["dense",
+                                                                          "sparse_ids"]
 
 
 def test_sync_mode_is_refused_clearly(synth_data: dict[str, str], tmp_path: Path) -> None:

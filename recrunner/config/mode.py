@@ -26,10 +26,6 @@ class ModeConfig:
     # Parameter-server update rule: async, sync or geo (as Paddle fleet supports them).
     sync_mode: str = "async"
     geo_k_steps: int = 100
-    # async: learning rate of the servers' Adam rule for the embedding table. It moves rows
-    # far less per step than the trainers' lazy Adam at the same rate: 1 epoch, 100k rows,
-    # 1 server + 2 trainers gave AUC 0.52 at 0.001, 0.67 at 0.05, 0.72 at 0.1.
-    table_learning_rate: float = 0.1
     # Restart a failed job from its newest checkpoint this many times.
     max_restarts: int = 0
     # Seconds without a sign of life before a fleet job is declared dead.

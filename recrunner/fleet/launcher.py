@@ -190,13 +190,13 @@ def stop(proc: subprocess.Popen, out: Path) -> None:
 
 def launch(cfg: RootConfig) -> dict[str, Any]:
     """Run the job to completion (restarting it as configured); the writer's summary."""
-    from recrunner.fleet.ps import check_resumable, check_sync_mode
+    from recrunner.fleet.ps import check_sync_mode
 
     check_sync_mode(cfg)
     out = Path(cfg.runner.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     # Before any process starts; each trainer checks the model fingerprint itself.
-    check_resumable(cfg, checkpoint.to_resume(out, cfg.runner.resume) is not None)
+    checkpoint.to_resume(out, cfg.runner.resume)
     summary_file = out / "summary.json"
     summary_file.unlink(missing_ok=True)
     resume = cfg.runner.resume

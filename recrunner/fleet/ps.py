@@ -24,6 +24,8 @@ import numpy as np
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.reader import unshard
+from recrunner.fleet.geo import load_geo_copies
+from recrunner.fleet.ps_tables import configure_strategy, trainer_optimizer
 from recrunner.fleet.roles import DistError, Role, check_port_free, wait_for_port
 from recrunner.train.build import build_net, model_inputs, table_rows, table_width
 from recrunner.train.checkpoint import Checkpoint
@@ -49,23 +51,6 @@ def check_sync_mode(cfg: RootConfig) -> None:
     if paddle_version.startswith("3.0."):
         raise DistError(f"mode.sync_mode=sync crashes paddlepaddle {paddle_version}'s parameter "
                         "server (segfault in SendBarrierOp); use mode.sync_mode=async or geo")
-
-
-GEO_RESUME = ("mode.sync_mode=geo cannot resume from a checkpoint: geo trainers keep local "
-              "copies of every parameter, and paddlepaddle 3.0's fleet cannot reload them "
-              "consistently with the servers (the resumed model was worse than chance); resume "
-              "with mode.sync_mode=async, or start a new runner.output_dir")
-
-
-def check_resumable(cfg: RootConfig, resuming: bool) -> None:
-    """Refuse what needs a resume in geo mode: a resumed run, or automatic restarts."""
-    if str(cfg.mode.name) != "ps" or cfg.mode.sync_mode != "geo":
-        return
-    if resuming:
-        raise DistError(GEO_RESUME)
-    if cfg.mode.max_restarts:
-        raise DistError("mode.max_restarts restarts from the last checkpoint, but "
-                        + GEO_RESUME)
 
 
 class FleetTable:
@@ -196,8 +181,10 @@ class PsEngine:
         for name in self.feed_names:
             self.test_program.global_block()._rename_var(name, INFER_PREFIX + name)
         self.slot_files: tuple[list[str], int] | None = None
-        # Geo trainers' local copies cannot be reloaded consistently (see check_resumable).
+        # Geo trainers' copies can only start from a checkpoint (before init_worker), not reload
+        # one later: a geo job exports its last epoch.
         self.can_restore = cfg.mode.sync_mode != "geo"
+        self.resumed_geo = False  # run_ps loaded the checkpoint to resume into the copies
 
     def pull_dense(self) -> None:
         """Refresh this trainer's dense parameters from the servers.
@@ -312,7 +299,14 @@ class PsEngine:
         return ModelState(net, {}, {"ps_tables": ps_dir.name, "mode": "ps"})
 
     def restore(self, ckpt: Checkpoint, state: ModelState) -> None:
-        check_resumable(self.cfg, resuming=True)
+        if self.cfg.mode.sync_mode == "geo":
+            # run_ps loaded the checkpoint into every copy before init_worker
+            # (fleet.geo.load_geo_copies); a running geo job cannot reload one.
+            if not self.resumed_geo:
+                raise DistError("mode.sync_mode=geo cannot reload a checkpoint into a running "
+                                "job")
+            self.resumed_geo = False
+            return
         ps_dir = ckpt.path.parent / ckpt.state.get("ps_tables", f"{ckpt.epoch}.ps")
         if not ps_dir.is_dir():
             raise DistError(f"checkpoint {ckpt.path} has no parameter-server tables "
@@ -356,17 +350,9 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     fleet.init(fleet.PaddleCloudRoleMaker(is_collective=False))
     graph = build_graph(cfg)
     strategy = fleet.DistributedStrategy()
-    strategy.a_sync = True
-    if cfg.mode.sync_mode == "geo":
-        strategy.a_sync_configs = {"k_steps": cfg.mode.geo_k_steps}
-    else:
-        accessor = f"table_parameters.{TABLE}.accessor"
-        strategy.sparse_table_configs = {TABLE: {
-            f"{accessor}.{rule}.adam.learning_rate": cfg.mode.table_learning_rate
-            for rule in ("embed_sgd_param", "embedx_sgd_param")}}
+    configure_strategy(strategy, cfg, TABLE)
     with paddle.static.program_guard(graph.main, graph.startup):
-        opt = fleet.distributed_optimizer(
-            paddle.optimizer.Adam(learning_rate=cfg.runner.learning_rate), strategy)
+        opt = fleet.distributed_optimizer(trainer_optimizer(paddle, cfg), strategy)
         opt.minimize(graph.loss)
     if role.is_server:
         fleet.init_server()
@@ -377,6 +363,9 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
 
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(graph.startup)
+    # geo: before init_worker shares this trainer's copies
+    resumed_geo = cfg.mode.sync_mode == "geo" and \
+        load_geo_copies(cfg, graph.net, TABLE) is not None
     for ep in role.servers:  # 3.0.0's own wait_server_ready does nothing
         wait_for_port(ep, timeout, "parameter server")
     fleet.init_worker()
@@ -384,6 +373,7 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     group = PsTrainerGroup(role, Path(cfg.runner.output_dir) / "dist" / "exchange")
     reader = Reader(cfg, group.shard)
     engine = PsEngine(cfg, role, graph, exe, group, reader)
+    engine.resumed_geo = resumed_geo
     if role.index == 0:
         from recrunner.data.prepare import ensure_dataset
 

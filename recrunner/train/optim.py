@@ -4,6 +4,10 @@ from typing import Any
 
 from recrunner.errors import RecrunnerError
 
+# Adam's moments' decay rates and epsilon (Paddle's defaults), for both parts and for mode=ps's
+# servers (recrunner/fleet/ps_tables.py).
+BETA1, BETA2, EPSILON = 0.9, 0.999, 1e-8
+
 
 class Adam:
     """Adam over all of a net's parameters as two Paddle optimizers: a lazy one for the
@@ -18,10 +22,12 @@ class Adam:
         self.parts: dict[str, Any] = {}
         if tables:
             self.parts["tables"] = paddle.optimizer.Adam(
-                learning_rate=learning_rate, parameters=tables, lazy_mode=True)
+                learning_rate=learning_rate, parameters=tables, lazy_mode=True, beta1=BETA1,
+                beta2=BETA2, epsilon=EPSILON)
         if dense:
             self.parts["dense"] = paddle.optimizer.Adam(
-                learning_rate=learning_rate, parameters=dense, use_multi_tensor=True)
+                learning_rate=learning_rate, parameters=dense, use_multi_tensor=True, beta1=BETA1,
+                beta2=BETA2, epsilon=EPSILON)
 
     def step(self) -> None:
         """Apply the gradients, then clear them for the next backward pass."""

@@ -1,0 +1,101 @@
+"""mode=ps trains with mode=local's update rule: the servers' and clients' configuration.
+
+mode=local trains the embedding table with lazy Adam and the dense parameters with Adam, both
+at runner.learning_rate with Paddle's default betas and epsilon, the table initialised
+Uniform(-model.init_scale, model.init_scale) (recrunner/train/optim.py, models/rank/blocks.py).
+`configure_strategy` gives the PS job the same: the servers' table rule (fleet's
+`sparse_table_configs`), the optimizer the dense table (C++ DAdam, betas and epsilon built in)
+and geo's trainers take their rate from, and the client settings under which every batch's
+gradients reach the servers. What Paddle 3.0 cannot match (per-row Adam bias correction, the
+dense table's beta powers) is measured in docs/distributed.md.
+"""
+
+import os
+from typing import Any
+
+from recrunner.config.schema import RootConfig
+from recrunner.train import optim
+
+# No clipping: mode=local bounds no weight (the accessor's default is [-10, 10]).
+NO_BOUND = 3.0e38
+
+
+def ps_table_configs(cfg: RootConfig, table: str) -> dict[str, dict[str, Any]]:
+    """fleet's sparse_table_configs for `table`: lazy Adam as in mode=local."""
+    acc = f"table_parameters.{table}.accessor"
+    adam = {"learning_rate": cfg.runner.learning_rate,
+            "initial_range": cfg.model.init_scale,
+            "beta1_decay_rate": optim.BETA1, "beta2_decay_rate": optim.BETA2,
+            "ada_epsilon": optim.EPSILON, "weight_bounds": [-NO_BOUND, NO_BOUND]}
+    conf: dict[str, Any] = {
+        f"table_parameters.{table}.table_class": "MemorySparseTable",
+        f"{acc}.accessor_class": "SparseAccessor",
+        # Train every column of a row from its first push (no show/click gating).
+        f"{acc}.embedx_threshold": 0,
+        # Every column random, as mode=local's Uniform init (default: column 0 at zero).
+        f"{acc}.ctr_accessor_param.zero_init": False,
+        # Never decay show/click or drop rows.
+        f"{acc}.ctr_accessor_param.show_click_decay_rate": 1.0,
+        f"{acc}.ctr_accessor_param.delete_threshold": 0.0,
+    }
+    for rule in ("embed_sgd_param", "embedx_sgd_param"):
+        conf[f"{acc}.{rule}.name"] = "SparseAdamSGDRule"
+        conf.update({f"{acc}.{rule}.adam.{k}": v for k, v in adam.items()})
+    return {table: conf}
+
+
+def trainer_optimizer(paddle: Any, cfg: RootConfig) -> Any:
+    """The optimizer fleet distributes. async: the servers' dense table takes its rate (C++
+    DAdam has mode=local's betas and epsilon built in); geo: trainers run it on their own
+    copies, lazily on the table's rows as mode=local (a plain Adam would update all 1M rows
+    every step)."""
+    return paddle.optimizer.Adam(learning_rate=cfg.runner.learning_rate, beta1=optim.BETA1,
+                                 beta2=optim.BETA2, epsilon=optim.EPSILON, lazy_mode=True)
+
+
+# brpc flags the client's configuration (PSParameter.init_gflags) replaces when set
+# (Communicator::InitGFlag's defaults), plus the one that matters for training:
+# pserver_push_sparse_merge_limit (default 12) makes each trainer's client hold back its
+# table gradients and sum about 12 batches of them into one push, so the servers' Adam takes
+# one step per ~12 batches on rows up to 12 batches stale; 0 sends every batch's push.
+CLIENT_GFLAGS = ("-max_body_size=314217728 -bthread_concurrency=40 "
+                 "-socket_max_unwritten_bytes=2048000000 -max_connection_pool_size=1950 "
+                 "-pserver_push_sparse_merge_limit=0")
+
+
+def install_client_gflags(gflags: str = CLIENT_GFLAGS) -> None:
+    """Make the_one_ps put `gflags` into the worker configuration it hands the C++ client
+    (FleetWrapper::InitWorker parses them); fleet's Python API has no setting for it."""
+    from paddle.distributed.ps import the_one_ps
+
+    builder = the_one_ps.PsDescBuilder
+    if getattr(builder.build_worker_desc, "recrun_gflags", None) == gflags:
+        return
+    build = getattr(builder.build_worker_desc, "__wrapped__", builder.build_worker_desc)
+
+    def build_worker_desc(self: Any) -> str:
+        self.ps_desc.init_gflags = gflags
+        return build(self)
+
+    build_worker_desc.__wrapped__ = build  # type: ignore[attr-defined]
+    build_worker_desc.recrun_gflags = gflags  # type: ignore[attr-defined]
+    builder.build_worker_desc = build_worker_desc
+
+
+# The async communicator's settings, which Paddle takes from the environment
+# (distributed/ps/utils/public.py, TrainerRuntimeConfig). Its receive thread refreshes a
+# trainer's dense parameters only after more than this many pushes (default 1: every second
+# batch); 0 pulls after every push, so trainers compute on fresher dense parameters.
+COMMUNICATOR_ENV = {"FLAGS_communicator_min_send_grad_num_before_recv": "0"}
+
+
+def configure_strategy(strategy: Any, cfg: RootConfig, table: str) -> None:
+    """Set up `strategy` (and this process's fleet client) to train as mode=local does."""
+    strategy.a_sync = True
+    if cfg.mode.sync_mode == "geo":
+        strategy.a_sync_configs = {"k_steps": cfg.mode.geo_k_steps}
+        return
+    strategy.sparse_table_configs = ps_table_configs(cfg, table)
+    install_client_gflags()
+    for key, value in COMMUNICATOR_ENV.items():
+        os.environ.setdefault(key, value)  # an explicit setting in the environment wins

@@ -1,0 +1,72 @@
+"""mode=ps's servers and trainers are configured with mode=local's update rule."""
+
+import math
+
+import pytest
+
+from recrunner.config.compose import load
+from recrunner.fleet.ps_tables import CLIENT_GFLAGS, ps_table_configs, trainer_optimizer
+
+OVERRIDES = ["mode=ps", "runner.learning_rate=0.0037", "model.init_scale=0.023",
+             "model.sparse_feature_number=1001", "model.sparse_feature_dim=4",
+             "model.fc_sizes=[8]"]
+
+
+@pytest.fixture(scope="module")
+def local_adam():
+    """mode=local's optimizer parts (lazy Adam on the table, Adam on the rest)."""
+    import paddle
+
+    from recrunner.train import optim
+    from recrunner.train.loop import build_net
+
+    cfg = load(OVERRIDES)
+    return optim.Adam(paddle, build_net(cfg), cfg.runner.learning_rate).parts
+
+
+def test_server_table_rule_is_local_lazy_adam(local_adam) -> None:
+    from paddle.distributed import fleet
+
+    cfg = load(OVERRIDES)
+    strategy = fleet.DistributedStrategy()
+    strategy.a_sync = True
+    strategy.sparse_table_configs = ps_table_configs(cfg, "emb")
+    (table,) = strategy.sparse_table_configs  # what the_one_ps reads back
+    assert table.table_name == "emb" and table.table_class == "MemorySparseTable"
+    acc = table.accessor
+    assert acc.accessor_class == "SparseAccessor"
+    assert acc.embedx_threshold == 0  # every column trains from a row's first push
+    assert acc.ctr_accessor_param.zero_init is False  # all columns Uniform, as local
+    assert acc.ctr_accessor_param.show_click_decay_rate == 1.0
+    assert acc.ctr_accessor_param.delete_threshold == 0.0
+    local = local_adam["tables"]
+    assert local._lazy_mode
+    for rule in (acc.embed_sgd_param, acc.embedx_sgd_param):
+        assert rule.name == "SparseAdamSGDRule"
+        adam = rule.adam
+        assert math.isclose(adam.learning_rate, local.get_lr())
+        assert math.isclose(adam.beta1_decay_rate, local._beta1, rel_tol=1e-6)
+        assert math.isclose(adam.beta2_decay_rate, local._beta2, rel_tol=1e-6)
+        assert math.isclose(adam.ada_epsilon, local._epsilon, rel_tol=1e-6)
+        assert math.isclose(adam.initial_range, cfg.model.init_scale, rel_tol=1e-6)
+        assert adam.weight_bounds[0] < -1e30 and adam.weight_bounds[1] > 1e30  # no clipping
+
+
+def test_trainer_optimizer_is_local_adam(local_adam) -> None:
+    import paddle
+
+    cfg = load(OVERRIDES)
+    paddle.enable_static()  # fleet builds it in static mode
+    try:
+        opt = trainer_optimizer(paddle, cfg)
+    finally:
+        paddle.disable_static()
+    for local in local_adam.values():
+        assert math.isclose(opt.get_lr(), local.get_lr())
+        assert (opt._beta1, opt._beta2, opt._epsilon) == (local._beta1, local._beta2,
+                                                          local._epsilon)
+    assert opt._lazy_mode  # geo trainers update only the rows a batch touched, as local
+
+
+def test_client_pushes_every_batch() -> None:
+    assert "-pserver_push_sparse_merge_limit=0" in CLIENT_GFLAGS.split()
