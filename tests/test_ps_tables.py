@@ -18,7 +18,7 @@ def local_adam():
     import paddle
 
     from recrunner.train import optim
-    from recrunner.train.loop import build_net
+    from recrunner.train.build import build_net
 
     cfg = load(OVERRIDES)
     return optim.Adam(paddle, build_net(cfg), cfg.runner.learning_rate).parts

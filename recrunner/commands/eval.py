@@ -51,13 +51,13 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
 def _checkpoint_predictor(cfg: RootConfig, path: Path) -> Callable[[Batch], np.ndarray]:
     from recrunner.runtime import import_paddle
     from recrunner.train import checkpoint
-    from recrunner.train.build import build_net, net_predictor
+    from recrunner.train.build import build_net, load_net_state, net_predictor
 
     if not (path / checkpoint.STATE_FILE).is_file():
         raise RecrunnerError(f"{path} is not a complete checkpoint (no {checkpoint.STATE_FILE})")
     import_paddle(cfg.runner.threads)
     net = build_net(cfg)
     model_state, _ = checkpoint.load(checkpoint.Checkpoint(path, 0, {}))
-    net.set_state_dict(model_state)
+    load_net_state(net, model_state, f"checkpoint {path}")
     net.eval()
     return net_predictor(net)

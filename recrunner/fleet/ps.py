@@ -184,6 +184,9 @@ class PsEngine:
         # Geo trainers' copies can only start from a checkpoint (before init_worker), not reload
         # one later: a geo job exports its last epoch.
         self.can_restore = cfg.mode.sync_mode != "geo"
+        # Geo trainers train their own copies, merged every mode.geo_k_steps: the writer's is
+        # the model that is checkpointed and exported, so it is the one evaluated.
+        self.copies_differ = cfg.mode.sync_mode == "geo"
         self.resumed_geo = False  # run_ps loaded the checkpoint to resume into the copies
 
     def pull_dense(self) -> None:
@@ -257,6 +260,28 @@ class PsEngine:
         # where a cached executor keeps its feed variables (3.0.0 then segfaults in FeedOp).
         self.infer_exe = self.paddle.static.Executor(self.paddle.CPUPlace())
         self.pull_dense()
+        if self.copies_differ:
+            self.wait_for_geo_merges()
+
+    def wait_for_geo_merges(self, poll_s: float = 0.3, timeout_s: float = 30.0) -> None:
+        """Geo's communicator merges the last deltas into this trainer's copy in the
+        background after training returns: wait until the copy holds still, so that the
+        evaluation, the checkpoint and the export read the same model."""
+        import hashlib
+
+        def digest() -> str:
+            h = hashlib.sha256()
+            for value in self.dense_state().values():
+                h.update(value.tobytes())
+            return h.hexdigest()
+
+        deadline = time.monotonic() + timeout_s
+        last, still = digest(), 0
+        while still < 2 and time.monotonic() < deadline:
+            time.sleep(poll_s)
+            now = digest()
+            still = still + 1 if now == last else 0
+            last = now
 
     def predict(self, batch: Batch) -> np.ndarray:
         return self.infer(self.g.prob, batch.dense, batch.sparse).reshape(-1)
@@ -276,7 +301,7 @@ class PsEngine:
             pad = (-len(ids)) % width
             padded = np.concatenate([ids, np.zeros(pad, np.int64)]).reshape(-1, width)
             out = self.infer(self.g.table.output, zeros[:len(padded)], padded)
-            rows.append(out[: len(ids)])
+            rows.append(out.reshape(-1, out.shape[-1])[: len(ids)])  # geo's lookup: [N, 1, w]
         return np.concatenate(rows)
 
     def dense_state(self) -> dict[str, np.ndarray]:

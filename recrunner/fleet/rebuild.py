@@ -19,20 +19,15 @@ EXTRA = "export_extra.json"
 
 def rebuild(run_dir: Path) -> Path:
     from recrunner.config.compose import load_resolved
-    from recrunner.errors import RecrunnerError
     from recrunner.export import save_export
     from recrunner.runtime import import_paddle
-    from recrunner.train.build import build_net, dataset_schema
+    from recrunner.train.build import build_net, dataset_schema, load_net_state
 
     dist = run_dir / "dist"
     cfg = load_resolved(dist / CONFIG)
     paddle = import_paddle(cfg.runner.threads)
     net = build_net(cfg)
-    state = paddle.load(str(dist / STATE))
-    if set(state) != set(net.state_dict()):
-        raise RecrunnerError(f"cannot map PS parameters onto {cfg.model.name}'s Net: "
-                             f"{sorted(set(state) ^ set(net.state_dict()))}")
-    net.set_state_dict(state)
+    load_net_state(net, paddle.load(str(dist / STATE)), "the PS-trained parameters")
     extra = json.loads((dist / EXTRA).read_text())
     return save_export(net, run_dir / "export", dataset_schema(cfg), cfg.model.name, extra)
 

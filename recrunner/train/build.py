@@ -50,6 +50,25 @@ def build_net(cfg: RootConfig, table: Any = None) -> Any:
     return load_net_class(cfg.model.name)(cfg.model, model_inputs(cfg), table)
 
 
+def load_net_state(net: Any, state: dict[str, Any], source: str) -> None:
+    """Set `net`'s parameters from `state`, refusing (one line) a state of another network:
+    Paddle itself only warns about a missing or misshapen parameter and keeps its own."""
+    from recrunner.errors import RecrunnerError
+
+    own = net.state_dict()
+    if set(state) != set(own):
+        diff = sorted(set(state) ^ set(own))
+        raise RecrunnerError(f"{source} does not fit {type(net).__module__.split('.')[-2]}: "
+                             f"parameters {', '.join(diff[:4])} differ (another model or "
+                             "config?)")
+    for key, value in own.items():
+        shape = list(np.shape(state[key]))
+        if shape != list(value.shape):
+            raise RecrunnerError(f"{source} does not fit this model: {key} has shape {shape}, "
+                                 f"the model's is {list(value.shape)} (another model config?)")
+    net.set_state_dict(state)
+
+
 def net_predictor(net: Any) -> Callable[[Batch], np.ndarray]:
     """Click probabilities of a dygraph Net (in eval mode) for a batch, float32 [N]."""
     import paddle

@@ -12,6 +12,7 @@ import numpy as np
 
 from recrunner.config.runner import ExportChoice
 from recrunner.config.schema import RootConfig
+from recrunner.data.reader import Shard
 from recrunner.errors import Interrupted
 from recrunner.train import checkpoint
 from recrunner.train.build import model_fingerprint
@@ -39,6 +40,7 @@ class RunDriver:
         # The last evaluation's rows (whole test set, file order).
         self.labels = self.probs = np.empty(0, np.float32)
         self.exported_epoch = 0
+        self.whole_test: Reader | None = None  # the writer's reader of all test rows
 
     # --- state -------------------------------------------------------------------------
     def restore(self) -> None:
@@ -69,16 +71,28 @@ class RunDriver:
 
     # --- evaluation --------------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
-        """Exact metrics over the whole test set (every process predicts its shard)."""
+        """Exact metrics over the whole test set: every process predicts its shard, or, where
+        each holds its own copy of the model (geo), the writer predicts all of it with the copy
+        that is checkpointed and exported."""
         test = self.cfg.dataset.test
         start = time.perf_counter()
         self.engine.begin_eval()
-        labels, probs = self.reader.predict(test, self.cfg.runner.eval_batch_size,
-                                            self.engine.predict)
+        if self.engine.copies_differ:
+            if self.whole_test is None:
+                self.whole_test = Reader(self.cfg, Shard())
+            reader = self.whole_test if self.group.is_writer else None
+        else:
+            reader = self.reader
+        if reader is None:
+            labels = probs = np.empty(0, np.float32)
+        else:
+            labels, probs = reader.predict(test, self.cfg.runner.eval_batch_size,
+                                           self.engine.predict)
         self.engine.end_eval()
         seconds = time.perf_counter() - start
-        self.labels = self.group.gather_rows(labels, test)
-        self.probs = self.group.gather_rows(probs, test)
+        merge = self.group.gather_rows if reader is self.reader else \
+            (lambda values, _: self.group.gather(values))
+        self.labels, self.probs = merge(labels, test), merge(probs, test)
         metrics = evaluate_test_set(test, self.labels, self.probs)
         metrics["eval_examples_per_sec"] = len(self.labels) / max(self.group.max(seconds), 1e-9)
         return metrics

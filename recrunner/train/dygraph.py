@@ -14,7 +14,7 @@ from recrunner.data.batch import Batch
 from recrunner.export import save_export
 from recrunner.runtime import import_paddle
 from recrunner.train import optim
-from recrunner.train.build import build_net, net_predictor
+from recrunner.train.build import build_net, load_net_state, net_predictor
 from recrunner.train.checkpoint import Checkpoint
 from recrunner.train.console import EpochProgress
 from recrunner.train.engine import EpochStats, ModelState, OnStep
@@ -27,6 +27,7 @@ log = logging.getLogger("recrunner.train")
 class DygraphEngine:
     steps_visible = True
     can_restore = True
+    copies_differ = False  # DataParallel keeps every rank's weights identical
 
     def __init__(self, cfg: RootConfig, group: LocalGroup, reader: Reader) -> None:
         self.cfg, self.group, self.reader = cfg, group, reader
@@ -94,7 +95,7 @@ class DygraphEngine:
         return ModelState(self.net.state_dict(), self.opt.state_dict())
 
     def restore(self, ckpt: Checkpoint, state: ModelState) -> None:
-        self.net.set_state_dict(state.net)
+        load_net_state(self.net, state.net, f"checkpoint {ckpt.path}")
         self.opt.set_state_dict(state.optimizer)
 
     def export(self, export_dir: Path, extra: dict[str, Any]) -> Path:

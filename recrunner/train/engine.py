@@ -44,6 +44,9 @@ class Engine(Protocol):
     steps_visible: bool
     # Whether restore works (resume, and exporting the best epoch rather than the last).
     can_restore: bool
+    # Whether the processes hold different copies of the model (geo PS): evaluation then uses
+    # the writer's copy, the one checkpointed and exported.
+    copies_differ: bool
 
     def train_epoch(self, epoch: int, on_step: OnStep) -> EpochStats:
         """One pass (the `epoch`th, 1-based) over this process's shard of dataset.train."""
