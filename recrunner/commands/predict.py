@@ -32,7 +32,7 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     out = open(args.output, "w") if args.output else sys.stdout  # noqa: SIM115
     try:
         for batch in rebatch(blocks, cfg.runner.eval_batch_size):
-            probs = model.predict(batch.dense, batch.sparse)
+            probs = model.predict_batch(batch.dense, batch.sparse)
             out.write("\n".join(f"{p:.7f}" for p in probs) + "\n")
     finally:
         if out is not sys.stdout:

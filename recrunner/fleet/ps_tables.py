@@ -23,7 +23,7 @@ NO_BOUND = 3.0e38
 def ps_table_configs(cfg: RootConfig, table: str) -> dict[str, dict[str, Any]]:
     """fleet's sparse_table_configs for `table`: lazy Adam as in mode=local."""
     acc = f"table_parameters.{table}.accessor"
-    adam = {"learning_rate": cfg.runner.learning_rate,
+    adam = {"learning_rate": cfg.runner.learning_rate * float(os.environ.get("RECRUN_EXP_TLR", "1")),
             "initial_range": cfg.model.init_scale,
             "beta1_decay_rate": optim.BETA1, "beta2_decay_rate": optim.BETA2,
             "ada_epsilon": optim.EPSILON, "weight_bounds": [-NO_BOUND, NO_BOUND]}
