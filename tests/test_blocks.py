@@ -110,3 +110,28 @@ def test_linear_training_path_in_a_static_graph_matches_nn_linear() -> None:
     for a, b in zip(fast, plain, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(fast[2], 6 * np.arange(5), rtol=1e-6)  # 6 rows x loss weights
+
+
+def test_embed_fields_pools_multi_valued_fields_without_their_padding() -> None:
+    import paddle
+
+    from recrunner.models import Field, ModelInputs
+    from recrunner.zoo.rank.blocks import embed_fields, id_table
+
+    pad = 9
+    inputs = ModelInputs(0, (Field("a"), Field("tags", 3, "mean"), Field("hist", 2, "sum")), pad)
+    table = id_table(10, 4, sparse=False, init_scale=0.5)
+    ids = np.array([[1, 2, 3, pad, 4, 5],
+                    [0, pad, pad, pad, pad, pad],  # empty lists pool to zeros
+                    [7, 6, 6, 6, 8, pad]], np.int64)
+    got = embed_fields(table, paddle.to_tensor(ids), inputs).numpy()
+    w = table.weight.numpy()
+    want = np.stack([
+        np.stack([w[r[0]], w[[i for i in r[1:4] if i != pad]].mean(0) if (r[1:4] != pad).any()
+                  else np.zeros(4), w[[i for i in r[4:6] if i != pad]].sum(0)
+                  if (r[4:6] != pad).any() else np.zeros(4)]) for r in ids])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    # Single-valued fields only: the lookup itself.
+    single = ModelInputs(0, (Field("a"), Field("b")), None)
+    np.testing.assert_array_equal(embed_fields(table, paddle.to_tensor(ids[:, :2]), single).numpy(),
+                                  w[ids[:, :2]])
