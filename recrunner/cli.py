@@ -98,12 +98,14 @@ def run_command(name: str, argv: Sequence[str]) -> int:
                         help="use this resolved config (e.g. a mounted ConfigMap) instead of conf/")
     if hasattr(module, "add_arguments"):
         module.add_arguments(parser)
+    if "-h" in argv or "--help" in argv:  # before the command's required arguments
+        _, overrides = split_overrides(normalize_overrides(
+            [a for a in argv if a not in ("-h", "--help")]))
+        with contextlib.suppress(BrokenPipeError):  # `recrun x --help | head`
+            print_command_help(name, module, parser, [o for o in overrides if "=" in o])
+        return 0
     args, rest = parser.parse_known_args(argv)
     flags, overrides = split_overrides(normalize_overrides(rest))
-    if "-h" in flags or "--help" in flags:
-        with contextlib.suppress(BrokenPipeError):  # `recrun x --help | head`
-            print_command_help(name, module, parser, overrides)
-        return 0
     if args.config_file:
         from recrunner.config.compose import load_resolved
 

@@ -126,3 +126,15 @@ def test_an_out_of_range_value_stops_the_command_before_any_work(tmp_path) -> No
     assert proc.stderr.strip().splitlines() == [
         "recrun train: error: config error: runner.batch_size=-5 must be at least 1"]
     assert not out.exists()
+
+
+def test_an_unknown_group_option_lists_the_valid_ones() -> None:
+    with pytest.raises(RecrunnerError, match=r"choose mode= one of: collective, local, ps"):
+        load(["mode=lcoal"])
+
+
+@pytest.mark.parametrize("command", ["predict", "data", "bench-serve"])
+def test_help_does_not_need_the_commands_required_arguments(command: str) -> None:
+    proc = recrun(command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"usage: recrun {command}") and "config groups" in proc.stdout

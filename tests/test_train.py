@@ -124,6 +124,17 @@ def test_the_best_epoch_is_exported_and_early_stopping_ends_the_run(synth_data,
     assert summary["auc"] == pytest.approx(last_aucs[-1], abs=1e-9)
 
 
+def test_a_checkpoint_of_another_model_is_refused(trained: Path, synth_data) -> None:
+    ckpt = trained / "checkpoints" / "1"
+    proc = recrun("eval", "model=deepfm", *SMALL_MODEL, *data_overrides(synth_data),
+                  "--checkpoint", str(ckpt))
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stderr.strip().splitlines() == [
+        f"recrun eval: error: checkpoint {ckpt} does not fit deepfm: parameters "
+        "first_order_dense.bias, first_order_dense.weight, wide_dense.bias, wide_dense.weight "
+        "differ (another model or config?)"]
+
+
 def test_export_matches_checkpoint_in_paddle_inference(trained: Path, synth_data) -> None:
     from recrunner.data.errors import RowErrors
     from recrunner.data.reader import iter_examples

@@ -47,7 +47,21 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
         with hydra_context():
             return compose("config", overrides=list(overrides))
     except Exception as exc:  # Hydra raises several unrelated types for bad overrides
-        raise RecrunnerError(f"config error: {one_line(exc)}") from exc
+        raise RecrunnerError(f"config error: {one_line(exc)}{group_choices(exc)}") from exc
+
+
+def group_choices(exc: Exception) -> str:
+    """For an unknown option of a config group (`mode=lcoal`), the valid ones."""
+    import re
+
+    match = re.search(r"Could not find '([\w/]+)/[^/']+'", str(exc))
+    if not match:
+        return ""
+    with hydra_context():
+        from hydra.core.global_hydra import GlobalHydra
+
+        options = GlobalHydra.instance().config_loader().get_group_options(match[1])
+    return f" (choose {match[1]}= one of: {', '.join(options)})" if options else ""
 
 
 def to_typed(cfg: DictConfig) -> RootConfig:
