@@ -111,7 +111,11 @@ def run_command(name: str, argv: Sequence[str]) -> int:
 
         return module.run(load_resolved(args.config_file, overrides), args) or 0
     if "--hydra-help" not in flags and not ({"-m", "--multirun"} & set(flags)):
-        load(overrides)  # fail fast with one line (typos, types, ranges), before Hydra runs
+        # Fail fast with one line (typos, types, ranges, the command's own input checks)
+        # before Hydra creates the run directory.
+        checked = load(overrides)
+        if hasattr(module, "check"):
+            module.check(checked)
 
     import hydra
     from omegaconf import DictConfig

@@ -124,6 +124,26 @@ def test_the_best_epoch_is_exported_and_early_stopping_ends_the_run(synth_data,
     assert summary["auc"] == pytest.approx(last_aucs[-1], abs=1e-9)
 
 
+def test_inputs_are_checked_before_training(synth_data, tmp_path) -> None:
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("")
+    cases = [
+        (["dataset.train=/nope/train.tsv"], "dataset.train=/nope/train.tsv: no such file "
+         "(synthetic data is generated on first use only under data/synth/"),
+        ([f"dataset.train={empty}"], f"dataset.train={empty}: the file is empty"),
+        ([f"dataset.test={tmp_path}/missing.tsv", "dataset.generate=false"],
+         f"dataset.test: no data files match '{tmp_path}/missing.tsv'"),
+    ]
+    for overrides, message in cases:
+        out = tmp_path / "run"
+        proc = recrun(*train_args(synth_data, out), *overrides)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (message, lines)
+        assert not out.exists()
+    assert not Path("/nope").exists()
+
+
 def test_a_checkpoint_of_another_model_is_refused(trained: Path, synth_data) -> None:
     ckpt = trained / "checkpoints" / "1"
     proc = recrun("eval", "model=deepfm", *SMALL_MODEL, *data_overrides(synth_data),
@@ -240,14 +260,14 @@ def test_same_config_and_data_give_the_same_model(synth_data, tmp_path) -> None:
 
 
 def test_default_dataset_is_generated_reproducibly(tmp_path) -> None:
-    from recrunner.data.prepare import ensure_dataset
+    from recrunner.data.prepare import generate_synth
 
     digests = []
     for name in ("a", "b"):
         cfg = load([f"dataset.train={tmp_path}/{name}/train.tsv",
                     f"dataset.test={tmp_path}/{name}/test.tsv",
                     "dataset.synth.train_rows=3000", "dataset.synth.test_rows=1000"])
-        ensure_dataset(cfg.dataset)
+        list(generate_synth(cfg.dataset, only_missing=True))
         digests.append([(tmp_path / name / f).read_bytes() for f in ("train.tsv", "test.tsv")])
     assert digests[0] == digests[1]
     train_lines = digests[0][0].decode().splitlines()

@@ -11,6 +11,13 @@ KEYS = ["dataset.train", "dataset.test", "dataset.format", "dataset.on_error", "
         "model.sparse_feature_dim", "mode.name"]
 
 
+def check(cfg: RootConfig) -> None:
+    """Before the run directory exists: the data is there and has rows."""
+    from recrunner.data.prepare import ensure_dataset
+
+    ensure_dataset(cfg.dataset)
+
+
 def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     from recrunner.data.prepare import ensure_dataset
     from recrunner.fleet.roles import in_fleet_job

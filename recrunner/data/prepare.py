@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from recrunner.config.dataset import DatasetConfig
+from recrunner.data.errors import DataError
+from recrunner.data.reader import expand_paths
 from recrunner.data.synth import generate
 
 log = logging.getLogger(__name__)
@@ -23,7 +25,37 @@ def generate_synth(cfg: DatasetConfig, only_missing: bool) -> Iterator[tuple[str
         yield path, rows, rows / (time.perf_counter() - start)
 
 
+# Synthetic data is generated on first use only here (relative to the working directory), so
+# that a mistyped dataset.train is an error, not 200 MB of rows in a new folder.
+SYNTH_HOME = Path("data") / "synth"
+
+
 def ensure_dataset(cfg: DatasetConfig) -> None:
+    """Generate the bundled default data on first use, then check that dataset.train and
+    dataset.test name files with rows: one line naming the key, before any training."""
     if cfg.generate:
+        for key, spec in (("train", cfg.train), ("test", cfg.test)):
+            if "://" in spec or Path(spec).exists():
+                continue
+            if not Path(spec).resolve().is_relative_to(SYNTH_HOME.resolve()):
+                raise DataError(f"dataset.{key}={spec}: no such file (synthetic data is generated "
+                                f"on first use only under {SYNTH_HOME}/; write it elsewhere with "
+                                f"`recrun data synth dataset.{key}=...`)")
         for _ in generate_synth(cfg, only_missing=True):
             pass
+    for key, spec in (("train", cfg.train), ("test", cfg.test)):
+        check_has_rows(f"dataset.{key}", spec)
+
+
+def check_has_rows(key: str, spec: str) -> None:
+    import fsspec
+
+    try:
+        files = expand_paths(spec)
+    except DataError as exc:
+        raise DataError(f"{key}: {exc}") from exc
+    if "://" in spec:
+        return  # remote sizes cost a request each; an empty remote file shows when read
+    if all(fsspec.core.url_to_fs(f)[0].size(f) == 0 for f in files):
+        raise DataError(f"{key}={spec}: {'the file is' if len(files) == 1 else 'all files are'} "
+                        "empty")
