@@ -18,6 +18,8 @@ class Command:
     summary: str
     # Commands that write a run directory keep Hydra's output dir and job log.
     writes_run_dir: bool = False
+    # Commands that only read files they are given (no config, no Hydra).
+    uses_config: bool = True
 
 
 COMMANDS: dict[str, Command] = {
@@ -31,6 +33,8 @@ COMMANDS: dict[str, Command] = {
     "status": Command("recrunner.commands.status", "phase and pods of the submitted PaddleJob"),
     "logs": Command("recrunner.commands.logs", "output of one PaddleJob pod (--role, --index)"),
     "delete": Command("recrunner.commands.delete", "remove the PaddleJob and its resources"),
+    "report": Command("recrunner.commands.report", "curves of runs or a sweep: png + html",
+                      uses_config=False),
 }
 
 # Hydra's own flags that take a value (the rest of argv is key=value overrides).
@@ -93,11 +97,15 @@ def run_command(name: str, argv: Sequence[str]) -> int:
 
     cmd = COMMANDS[name]
     module = importlib.import_module(cmd.module)
-    parser = argparse.ArgumentParser(prog=f"recrun {name}", add_help=False)
-    parser.add_argument("--config-file", metavar="PATH",
-                        help="use this resolved config (e.g. a mounted ConfigMap) instead of conf/")
+    # Config commands print their own --help (groups and keys); the others, argparse's.
+    parser = argparse.ArgumentParser(prog=f"recrun {name}", add_help=not cmd.uses_config)
+    if cmd.uses_config:
+        parser.add_argument("--config-file", metavar="PATH", help="use this resolved config "
+                            "(e.g. a mounted ConfigMap) instead of conf/")
     if hasattr(module, "add_arguments"):
         module.add_arguments(parser)
+    if not cmd.uses_config:
+        return module.run(None, parser.parse_args(argv)) or 0
     args, rest = parser.parse_known_args(argv)
     flags, overrides = split_overrides(normalize_overrides(rest))
     if "-h" in flags or "--help" in flags:
