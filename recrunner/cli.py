@@ -3,13 +3,14 @@
 import argparse
 import contextlib
 import importlib
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
 from recrunner import __version__
-from recrunner.errors import Interrupted, RecrunnerError
+from recrunner.errors import Interrupted, RecrunnerError, TargetNotReached
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,11 @@ COMMANDS: dict[str, Command] = {
                       uses_config=False),
 }
 
+# `hydra/sweeper=optuna` unless told otherwise: the objective is the test AUC (higher is
+# better), and a job that fails is a failed trial (its error printed, the exit code non-zero),
+# not the end of the search.
+OPTUNA_DEFAULTS = {"hydra.sweeper.direction": "maximize", "hydra.sweeper.max_failure_rate": "1.0"}
+
 # Hydra's own flags that take a value (the rest of argv is key=value overrides).
 HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
                      "-cn", "--config-dir", "-cd", "--experimental-rerun"}
@@ -54,6 +60,13 @@ def split_overrides(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
         else:
             overrides.append(tok)
     return flags, overrides
+
+
+def sweeper_defaults(overrides: Sequence[str]) -> list[str]:
+    if "hydra/sweeper=optuna" not in overrides:
+        return []
+    given = {item.split("=", 1)[0].lstrip("+~") for item in overrides}
+    return [f"{key}={value}" for key, value in OPTUNA_DEFAULTS.items() if key not in given]
 
 
 def print_usage() -> None:
@@ -126,7 +139,10 @@ def run_command(name: str, argv: Sequence[str]) -> int:
 
     codes: list[int] = []
 
-    def task(dcfg: DictConfig) -> None:
+    def task(dcfg: DictConfig) -> float | None:
+        """One job; returns the command's objective (train: the export's test AUC) for the
+        sweepers, NaN when the job failed (the optuna sweeper then marks the trial failed)."""
+        cfg = None
         try:
             cfg = to_typed(dcfg)
             if cmd.writes_run_dir:
@@ -138,8 +154,14 @@ def run_command(name: str, argv: Sequence[str]) -> int:
         except RecrunnerError as exc:
             print(f"recrun {name}: error: {exc}", file=sys.stderr)
             codes.append(exc.exit_code)
+        objective = getattr(module, "objective", None)
+        if objective is None:
+            return None
+        # A run that missed runner.target_auc is complete: its AUC still counts.
+        finished = cfg is not None and codes[-1] in (0, TargetNotReached.exit_code)
+        return objective(cfg) if finished else math.nan
 
-    hydra_args = [f"hydra.job.name={name}"]
+    hydra_args = [f"hydra.job.name={name}", *sweeper_defaults(overrides)]
     if not cmd.writes_run_dir:
         hydra_args += ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout",
                        # logs on stderr: stdout carries the command's output (JSON, probabilities)

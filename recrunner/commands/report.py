@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                         help="run directories, or a sweep's folder (all its jobs)")
     parser.add_argument("--out", metavar="DIR",
-                        help="where report.png and report.html go (default: the first run dir)")
+                        help="where report.png and report.html go (default: the first "
+                             "RUN_DIR)")
 
 
 @dataclass
@@ -149,7 +150,7 @@ def final_row(run: Run) -> dict[str, Any]:
 
 def run(cfg: None, args: argparse.Namespace) -> int:
     runs = find_runs(args.run_dirs)
-    out = Path(args.out) if args.out else runs[0].path
+    out = Path(args.out or args.run_dirs[0])  # a sweep's folder, when that comes first
     out.mkdir(parents=True, exist_ok=True)
     png = out / "report.png"
     plot(runs, png)
