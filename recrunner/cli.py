@@ -3,7 +3,6 @@
 import argparse
 import contextlib
 import importlib
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -141,7 +140,8 @@ def run_command(name: str, argv: Sequence[str]) -> int:
 
     def task(dcfg: DictConfig) -> float | None:
         """One job; returns the command's objective (train: the export's test AUC) for the
-        sweepers, NaN when the job failed (the optuna sweeper then marks the trial failed)."""
+        sweepers, None when the job failed: the optuna sweeper records a failed trial (NaN
+        would crash hydra-optuna-sweeper 1.3 on optuna 2.10)."""
         cfg = None
         try:
             cfg = to_typed(dcfg)
@@ -155,11 +155,9 @@ def run_command(name: str, argv: Sequence[str]) -> int:
             print(f"recrun {name}: error: {exc}", file=sys.stderr)
             codes.append(exc.exit_code)
         objective = getattr(module, "objective", None)
-        if objective is None:
-            return None
         # A run that missed runner.target_auc is complete: its AUC still counts.
         finished = cfg is not None and codes[-1] in (0, TargetNotReached.exit_code)
-        return objective(cfg) if finished else math.nan
+        return objective(cfg) if objective and finished else None
 
     hydra_args = [f"hydra.job.name={name}", *sweeper_defaults(overrides)]
     if not cmd.writes_run_dir:
