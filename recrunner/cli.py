@@ -96,12 +96,14 @@ def print_command_help(name: str, module: ModuleType, parser: argparse.ArgumentP
         for group in GROUPS:
             options = [o for o in loader.get_group_options(group)]
             current = OmegaConf.select(cfg, f"{group}.name")
+            if group == "logger":  # several at once (logger=[a,b]), or none
+                current = ",".join(k for k, v in cfg.logger.items() if v is not None) or "none"
             print(f"  {group:<10} {', '.join(options)}  (now: {current})")
     print("\nmost used keys (now):")
     for key in getattr(module, "KEYS", ()):
         print(f"  {key} = {OmegaConf.select(cfg, key, throw_on_missing=False)}")
-    print("\nHydra flags: --cfg job (print the resolved config), -m (multirun sweep),"
-          " --hydra-help")
+    print("\nHydra flags: --cfg job (print the resolved config), -m (multirun sweep; with"
+          " hydra/sweeper=optuna: a search), --hydra-help")
 
 
 def run_command(name: str, argv: Sequence[str]) -> int:
