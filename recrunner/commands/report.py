@@ -17,6 +17,7 @@ METRICS = "metrics.jsonl"
 PANELS = [("auc", "test AUC"), ("logloss", "test logloss"), ("train_loss", "training loss"),
           ("train_examples_per_sec", "training examples/s")]
 FIGSIZE, DPI = (12.0, 8.0), 100  # report.png: 1200 x 800 pixels
+LEGEND_COLUMNS, LEGEND_CHARS = 2, 80  # full labels are in the HTML table
 TABLE = ["epoch", "step", "auc", "logloss", "train_loss", "train_examples_per_sec"]
 
 
@@ -116,9 +117,12 @@ def plot(runs: list[Run], png: Path) -> None:
         ax.grid(alpha=0.3)
     handles = [plt.Line2D([], [], color=colors[i % len(colors)], marker="o", markersize=3)
                for i in range(len(runs))]
-    fig.legend(handles, [r.label for r in runs], loc="lower center", ncol=min(len(runs), 4),
-               fontsize=9)
-    fig.tight_layout(rect=(0, 0.04 + 0.03 * ((len(runs) - 1) // 4), 1, 1))
+    labels = [r.label if len(r.label) <= LEGEND_CHARS else r.label[:LEGEND_CHARS - 1] + "…"
+              for r in runs]
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(runs), LEGEND_COLUMNS),
+               fontsize=8)
+    rows = -(-len(runs) // LEGEND_COLUMNS)
+    fig.tight_layout(rect=(0, 0.01 + 0.03 * rows, 1, 1))  # room for the legend below
     fig.savefig(png, dpi=DPI)
     plt.close(fig)
 

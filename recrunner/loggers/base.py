@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from omegaconf import OmegaConf
 
 from recrunner.config.schema import RootConfig
-from recrunner.errors import RecrunnerError
+from recrunner.errors import RecrunnerError, one_line
 
 # The metrics.jsonl fields that are bookkeeping, not curves.
 NOT_SCALARS = frozenset({"epoch", "step", "trigger", "train_examples", "eval_examples"})
@@ -76,7 +76,10 @@ class Loggers:
                     f"logger={name} needs the {package} package: pip install "
                     f"'recrunner[loggers]' (or pip install {package})") from exc
             backend = importlib.import_module(module_name)
-            loggers.append(backend.open_logger(getattr(cfg.logger, name), out))
+            try:
+                loggers.append(backend.open_logger(getattr(cfg.logger, name), out))
+            except Exception as exc:  # e.g. an unreachable MLflow server: one line, no trace
+                raise RecrunnerError(f"logger={name}: {one_line(exc)}") from exc
         opened = cls(loggers)
         opened.log_config(cfg)
         return opened
