@@ -189,3 +189,11 @@ def test_only_epoch_rows_carry_the_training_figures(tmp_path: Path) -> None:
     assert "train_loss" not in mid and "train_examples_per_sec" not in mid
     assert end["train_loss"] == 0.5 and end["train_examples_per_sec"] == 250.0
     assert scalars(end) == {"auc": 0.7, "train_loss": 0.5, "train_examples_per_sec": 250.0}
+
+
+def test_mlflow_names_a_sweep_job_by_its_sweep_and_number(tmp_path: Path) -> None:
+    from recrunner.loggers.mlflow import default_run_name
+
+    assert default_run_name(tmp_path / "multirun" / "2026-11-26_07-00-00" / "3") == \
+        "2026-11-26_07-00-00/3"
+    assert default_run_name(tmp_path / "wide_deep") == "wide_deep"

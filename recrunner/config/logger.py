@@ -25,7 +25,7 @@ class MlflowConfig:
     # MLflow 3 no longer writes its plain-file store by default.
     tracking_uri: str | None = None
     experiment: str = "recrunner"
-    run_name: str | None = None  # None: the run directory's name
+    run_name: str | None = None  # None: the run directory's name (a sweep job's: <sweep>/<n>)
 
 
 @dataclass

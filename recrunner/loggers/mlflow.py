@@ -20,6 +20,12 @@ def local_store(out: Path) -> str:
     return f"sqlite:///{(out / 'mlflow.db').resolve()}"
 
 
+def default_run_name(out: Path) -> str:
+    """The run directory's name; a sweep job's ("3") with its sweep folder's."""
+    out = out.resolve()
+    return f"{out.parent.name}/{out.name}" if out.name.isdigit() else out.name
+
+
 class MlflowLogger:
     def __init__(self, cfg: MlflowConfig, out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
@@ -33,7 +39,7 @@ class MlflowLogger:
             artifacts = None if cfg.tracking_uri else (out / "mlflow-artifacts").resolve().as_uri()
             experiment_id = self.client.create_experiment(cfg.experiment, artifacts)
         self.run_id = self.client.create_run(
-            experiment_id, run_name=cfg.run_name or out.resolve().name).info.run_id
+            experiment_id, run_name=cfg.run_name or default_run_name(out)).info.run_id
 
     def log_config(self, cfg: RootConfig) -> None:
         params = [Param(k, v[:6000]) for k, v in flat_config(cfg).items()]
