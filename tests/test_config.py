@@ -94,9 +94,9 @@ def test_multirun_sweep_runs_each_job(tmp_path, synth_data) -> None:
                     *data_overrides(synth_data))
     assert result.returncode == 0, result.stderr[-2000:]
     dims = sorted(json.loads(p.read_text())["fingerprint"]["model"]["sparse_feature_dim"]
-                  for p in out.glob("multirun/*/checkpoints/1/state.json"))
+                  for p in out.glob("multirun/*/*/checkpoints/1/state.json"))
     assert dims == [4, 8]
-    assert len(list(out.glob("multirun/*/export/model.pdiparams"))) == 2
+    assert len(list(out.glob("multirun/*/*/export/model.pdiparams"))) == 2
 
 
 @pytest.mark.parametrize("override, message", [

@@ -34,7 +34,7 @@ def test_collective_matches_local(synth_data: dict[str, str], tmp_path: Path) ->
     base = [*data_overrides(synth_data), *TRAIN]
     local = recrun("train", *base, *run_dir_overrides(tmp_path / "local"))
     assert local.returncode == 0, local.stderr
-    coll = recrun("train", "mode=collective", "mode.nproc=2", *base,
+    coll = recrun("train", "mode=collective", "mode.nproc=2", *base, "logger=tensorboard",
                   *run_dir_overrides(tmp_path / "coll"))
     assert coll.returncode == 0, coll.stderr
     run = tmp_path / "coll"
@@ -51,6 +51,12 @@ def test_collective_matches_local(synth_data: dict[str, str], tmp_path: Path) ->
     assert status["trainer 0"]["message"] == status["trainer 1"]["message"] != ""
     assert (run / "checkpoints" / "1" / "state.json").is_file()
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 1  # written once
+    # The ranks' mean training loss, like the local run's; logged once, by the writer.
+    (row,) = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    (local_row,) = [json.loads(x) for x in
+                    (tmp_path / "local" / "metrics.jsonl").read_text().splitlines()]
+    assert abs(row["train_loss"] - local_row["train_loss"]) < 0.05
+    assert len(list((run / "tensorboard").iterdir())) == 1
     assert (run / "logs" / "workerlog.1").is_file()
     from recrunner.export import load_export
 
@@ -88,7 +94,9 @@ def test_ps_trains_and_exports(synth_data: dict[str, str], tmp_path: Path) -> No
     assert summary["auc"] > 0.62, summary  # clearly better than a constant predictor (0.5)
     assert [p.name for p in sorted((run / "checkpoints").iterdir())] == [
         "1", "1.ps", "2", "2.ps", "3", "3.ps"]
-    assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 3
+    assert not any("train_loss" in r for r in rows)  # the PS engine does not see the loss
     # The export is a local-style export; its predictions are the trainers' final ones.
     from recrunner.data.batch import Batch
     from recrunner.data.errors import RowErrors

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+from pathlib import Path
 
 from recrunner.config.schema import RootConfig
 
@@ -36,6 +37,12 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     if str(cfg.mode.name) == "local" or not in_fleet_job():
         check_target(cfg, summary["auc"])
     return 0
+
+
+def objective(cfg: RootConfig) -> float:
+    """What a sweep optimizes (`recrun train -m hydra/sweeper=optuna ...`): the test AUC of
+    the exported model, as summary.json records it (every mode writes it there)."""
+    return float(json.loads((Path(cfg.runner.output_dir) / "summary.json").read_text())["auc"])
 
 
 def check_target(cfg: RootConfig, auc: float) -> None:

@@ -14,7 +14,7 @@ from recrunner.config.schema import RootConfig, register_configs
 from recrunner.errors import RecrunnerError, one_line
 from recrunner.models import load_model_module
 
-GROUPS = ("dataset", "model", "mode", "cluster", "serving")
+GROUPS = ("dataset", "model", "mode", "cluster", "serving", "logger")
 
 
 def normalize_overrides(overrides: Sequence[str]) -> list[str]:

@@ -8,6 +8,7 @@ from omegaconf import MISSING
 
 from recrunner.config.cluster import ClusterConfig
 from recrunner.config.dataset import DatasetConfig
+from recrunner.config.logger import LoggerConfig
 from recrunner.config.mode import ModeConfig
 from recrunner.config.runner import RunnerConfig
 from recrunner.config.serving import ServingConfig
@@ -23,6 +24,7 @@ class RootConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
 
 
 GROUP_SCHEMAS = {

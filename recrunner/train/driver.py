@@ -14,6 +14,7 @@ from recrunner.config.runner import ExportChoice
 from recrunner.config.schema import RootConfig
 from recrunner.data.reader import Shard
 from recrunner.errors import Interrupted
+from recrunner.loggers import Loggers
 from recrunner.train import checkpoint
 from recrunner.train.build import model_fingerprint
 from recrunner.train.engine import Engine, ModelState
@@ -32,6 +33,7 @@ class RunDriver:
         self.cfg, self.engine, self.group, self.reader = cfg, engine, group, reader
         self.out = Path(cfg.runner.output_dir)
         self.progress = Progress()
+        self.loggers = Loggers.open(cfg, self.out) if group.is_writer else Loggers()
         self.summary_fields = summary_fields
         if cfg.runner.eval_steps and not engine.steps_visible:
             log.warning("runner.eval_steps=%d does not apply to mode=%s (its engine trains a "
@@ -99,7 +101,8 @@ class RunDriver:
 
     def record(self, metrics: dict[str, Any], trigger: str = "epoch") -> None:
         if self.group.is_writer:
-            self.progress.record(self.out, metrics, trigger)
+            self.loggers.log_metrics(self.progress.step,
+                                     self.progress.record(self.out, metrics, trigger))
         log.info("epoch %d step %d: auc=%.5f logloss=%.5f mean_pred=%.4f mean_label=%.4f "
                  "train examples/s=%.0f", self.progress.epoch, self.progress.step,
                  metrics["auc"], metrics["logloss"], metrics["mean_pred"],
@@ -127,6 +130,9 @@ class RunDriver:
         # The job's wall time: the slowest process's.
         progress.train_seconds += self.group.max(stats.seconds - eval_seconds)
         progress.epoch += 1
+        # The job's mean loss: every process's mean alike (they train as many steps).
+        progress.train_loss = None if stats.loss is None else \
+            self.group.sum(stats.loss) / self.group.world
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg.runner
@@ -142,6 +148,8 @@ class RunDriver:
                 self.save_checkpoint()
         except KeyboardInterrupt:
             raise Interrupted(self.interrupted_message()) from None
+        finally:
+            self.loggers.close()
         return self.finish(self.final_metrics(metrics))
 
     def stop_early(self) -> bool:

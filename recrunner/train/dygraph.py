@@ -60,12 +60,14 @@ class DygraphEngine:
     def train_epoch(self, epoch: int, on_step: OnStep) -> EpochStats:
         cfg = self.cfg.runner
         stats = EpochStats()
-        loss_sum, loss_n = 0.0, 0
+        loss_sum, loss_n, epoch_loss = 0.0, 0, 0.0
         start = time.perf_counter()
         with EpochProgress(f"epoch {epoch}/{cfg.epochs}", self.expected_examples,
                            cfg.progress and self.group.is_writer) as progress:
             for batch, shared in self.train_batches():
-                loss_sum += self.train_step(batch)
+                loss = self.train_step(batch)
+                loss_sum += loss
+                epoch_loss += loss
                 loss_n += 1
                 stats.steps += 1
                 if shared:
@@ -78,6 +80,7 @@ class DygraphEngine:
                 progress.update(len(batch), mean_loss)
                 on_step(stats.steps)
         stats.seconds = time.perf_counter() - start
+        stats.loss = epoch_loss / max(stats.steps, 1)
         # This process's rows per epoch: the next epochs' progress total.
         self.expected_examples = stats.examples + stats.shared_examples
         return stats

@@ -27,6 +27,8 @@ class EpochStats:
     shared_examples: int = 0  # rows every process trained together (counted once)
     steps: int = 0
     seconds: float = 0.0
+    # Mean training loss of this process's steps (None: the engine does not see it, e.g. PS).
+    loss: float | None = None
 
 
 @dataclass

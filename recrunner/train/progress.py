@@ -18,6 +18,8 @@ class Progress:
     # The epoch whose evaluation had the best test AUC so far, and that AUC.
     best_epoch: int = 0
     best_auc: float = float("-inf")
+    # The last epoch's mean training loss (None: the engine does not report it).
+    train_loss: float | None = None
 
     def checkpoint_state(self) -> dict[str, Any]:
         return {"step": self.step, "train_seconds": self.train_seconds,
@@ -42,12 +44,23 @@ class Progress:
     def examples_per_sec(self) -> float:
         return self.train_examples / max(self.train_seconds, 1e-9)
 
-    def record(self, out: Path, metrics: dict[str, Any], trigger: str = "epoch") -> None:
-        """Append one evaluation's line to metrics.jsonl."""
+    def record(self, out: Path, metrics: dict[str, Any], trigger: str = "epoch") -> dict[str, Any]:
+        """Append one evaluation's line to metrics.jsonl; returns it."""
         row = {"epoch": self.epoch, "step": self.step, "trigger": trigger,
-               "train_examples": self.train_examples, **metrics}
+               "train_examples": self.train_examples, **self.train_figures(trigger), **metrics}
         with open(out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
+        return row
+
+    def train_figures(self, trigger: str) -> dict[str, float]:
+        """The training loss and examples/s so far: only epoch rows carry them, as they are
+        counted when an epoch ends (a mid-epoch row would repeat the last epoch's)."""
+        if trigger != "epoch":
+            return {}
+        figures = {"train_examples_per_sec": self.examples_per_sec()}
+        if self.train_loss is not None:
+            figures["train_loss"] = self.train_loss
+        return figures
 
     def summary(self, metrics: dict[str, Any], **fields: Any) -> dict[str, Any]:
         """summary.json's content: the final metrics, the progress and the engine's `fields`."""
