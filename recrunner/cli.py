@@ -45,6 +45,9 @@ OPTUNA_DEFAULTS = {"hydra.sweeper.direction": "maximize", "hydra.sweeper.max_fai
 # Hydra's own flags that take a value (the rest of argv is key=value overrides).
 HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name",
                      "-cn", "--config-dir", "-cd", "--experimental-rerun"}
+INFO_CHOICES = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+# Hydra flags that only report (tab completion, --info): no run, so no input checks first.
+HYDRA_REPORT_FLAGS = {"--hydra-help", "-sc", "--shell-completion", "--info", "-i"}
 
 
 def split_overrides(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -56,6 +59,8 @@ def split_overrides(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
             flags.append(tok)
             if tok in HYDRA_VALUE_FLAGS:
                 flags.append(next(it, ""))
+        elif flags and flags[-1] in ("--info", "-i") and tok in INFO_CHOICES:
+            flags.append(tok)  # --info's optional value
         else:
             overrides.append(tok)
     return flags, overrides
@@ -132,7 +137,7 @@ def run_command(name: str, argv: Sequence[str]) -> int:
         from recrunner.config.compose import load_resolved
 
         return module.run(load_resolved(args.config_file, overrides), args) or 0
-    if "--hydra-help" not in flags and not ({"-m", "--multirun"} & set(flags)):
+    if not (HYDRA_REPORT_FLAGS | {"-m", "--multirun"}) & set(flags):
         # Fail fast with one line (typos, types, ranges, the command's own input checks)
         # before Hydra creates the run directory.
         checked = load(overrides)
@@ -176,7 +181,8 @@ def run_command(name: str, argv: Sequence[str]) -> int:
     from recrunner.config.schema import register_configs
 
     register_configs()
-    sys.argv = [f"recrun-{name}", *flags, *hydra_args, *overrides]
+    # Flags last: `--info` takes an optional value and must not swallow an override.
+    sys.argv = [f"recrun-{name}", *hydra_args, *overrides, *flags]
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(task)()
     return max(codes, default=0)
 

@@ -138,3 +138,12 @@ def test_help_does_not_need_the_commands_required_arguments(command: str) -> Non
     proc = recrun(command, "--help")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"usage: recrun {command}") and "config groups" in proc.stdout
+
+
+@pytest.mark.parametrize("flags, expected", [(["--info", "defaults"], "Defaults List"),
+                                              (["--info"], "Installed Hydra Plugins"),
+                                              (["-sc", "install=bash"], "hydra_bash_completion")])
+def test_hydras_own_flags_pass_through(flags: list[str], expected: str) -> None:
+    proc = recrun("train", *flags)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert expected in proc.stdout
