@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,3 +43,28 @@ def synth_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def data_overrides(data: dict[str, str]) -> list[str]:
     return [f"dataset.train={data['train']}", f"dataset.test={data['test']}"]
+
+
+def serve_and_predict(export: Path, body: bytes, content_type: str = "text/plain") -> Any:
+    """Start `recrun serve`'s server on `export`, POST `body` to /predict, return the
+    probabilities (numpy float32), stop the server."""
+    import http.client
+    import json
+
+    import numpy as np
+
+    from recrunner.config.compose import load
+    from recrunner.serving.server import Server
+
+    srv = Server(load(["serving.port=0"]).serving, export)
+    srv.start()
+    try:
+        assert srv.wait_ready(120), srv.app.failed
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        conn.request("POST", "/predict", body, {"Content-Type": content_type})
+        reply = conn.getresponse()
+        data = reply.read()
+        assert reply.status == 200, data
+        return np.array(json.loads(data)["predictions"], np.float32)
+    finally:
+        srv.stop(5)

@@ -291,7 +291,7 @@ def test_criteo_outputs_equal_the_pre_schema_code(tmp_path) -> None:
     train, test = tmp_path / "train.tsv", tmp_path / "test.tsv"
     generate(train, 3000, 7, 0)
     generate(test, 1000, 11, 1, 0.1)
-    got = {}
+    got: dict[str, str | dict[str, str]] = {}
     for key, path in (("synth_train", train), ("synth_test", test)):
         got[key] = _sha(path.read_bytes())
         got[key + "_truth"] = _sha((tmp_path / f"{path.name}.truth.npy").read_bytes())

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun
 pytestmark = pytest.mark.slow
 
 
-def square_and_matmul() -> object:
+def square_and_matmul() -> Any:  # a paddle.nn.Layer
     """h = x @ w read by square (a plain CPU kernel, made in-place) and by a second matmul (a
     oneDNN kernel): with Paddle 3.0's PIR inplace_pass, square overwrites h first."""
     import paddle
@@ -144,9 +145,11 @@ def test_eval_of_the_export_equals_eval_of_the_checkpoint(run: Run, capsys) -> N
     from recrunner.commands import eval as eval_cmd
     from recrunner.train import checkpoint
 
+    latest = checkpoint.latest(run.out)
+    assert latest is not None
     results = []
     for source in ({"export": str(run.export), "checkpoint": None},
-                   {"export": None, "checkpoint": str(checkpoint.latest(run.out).path)}):
+                   {"export": None, "checkpoint": str(latest.path)}):
         assert eval_cmd.run(run.cfg, argparse.Namespace(**source)) == 0
         results.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
     exported, ckpt = results
@@ -159,7 +162,7 @@ def test_an_engine_that_disagrees_fails_the_export(run: Run, tmp_path, monkeypat
     pre = load_export(run.export).schema
     onnx_predict = engines.onnx_predict
 
-    def off_by_1e3(*args: object) -> engines.PredictFn:
+    def off_by_1e3(*args: Any) -> engines.PredictFn:
         fn = onnx_predict(*args)
         return lambda *arrays: fn(*arrays) + 1e-3
 
@@ -172,7 +175,7 @@ def test_an_engine_that_disagrees_fails_the_export(run: Run, tmp_path, monkeypat
     assert not target.exists() and list(tmp_path.iterdir()) == []  # nothing that looks valid
 
 
-def with_miscompiled_ops(inner: object) -> object:
+def with_miscompiled_ops(inner: Any) -> Any:  # Layer -> Layer
     """`inner` (a trained Net) followed by the op pattern paddle.inference's inplace_pass
     mis-compiles (a oneDNN matmul's output squared in place, then read again)."""
     import paddle

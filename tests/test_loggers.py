@@ -108,6 +108,7 @@ def test_mlflow_holds_the_curves_and_the_config(runs: list[Path]) -> None:
 
     client = MlflowClient(f"sqlite:///{runs[0] / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("recrunner")
+    assert experiment is not None
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.run_name == "logged" and run.info.status == "FINISHED"
     expected = expected_curves(runs[0])

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from recrunner.models import model_names
-from tests.conftest import SMALL_MODEL, recrun
+from tests.conftest import SMALL_MODEL, recrun, serve_and_predict
 
 pytestmark = pytest.mark.slow
 MODES = {
@@ -101,7 +101,9 @@ def test_checkpoint_export_and_server_give_the_trained_model(
     reader = Reader(cfg, Shard())
     # The newest checkpoint holds the network that made the final predictions.
     net = build_net(cfg)
-    net.set_state_dict(checkpoint.load(checkpoint.latest(run))[0])
+    latest = checkpoint.latest(run)
+    assert latest is not None
+    net.set_state_dict(checkpoint.load(latest)[0])
     net.eval()
     labels, probs = reader.predict(cfg.dataset.test, 4096, net_predictor(net))
     np.testing.assert_array_equal(labels, trained["label"])
@@ -116,27 +118,8 @@ def test_checkpoint_export_and_server_give_the_trained_model(
         _, exported = reader.predict(cfg.dataset.test, 4096, predict)
         np.testing.assert_allclose(exported, trained["prob"], atol=AGREE, err_msg=name)
     # /predict on a running server, raw label-less rows.
-    served = serve_rows(run / "export", matrix_data["test"], 300)
+    lines = Path(matrix_data["test"]).read_bytes().split(b"\n")[:300]
+    served = serve_and_predict(run / "export",
+                               b"\n".join(line.split(b"\t", 1)[1] for line in lines) + b"\n")
     np.testing.assert_allclose(served, trained["prob"][:300], atol=AGREE)
 
-
-def serve_rows(export: Path, test_file: str, n: int) -> np.ndarray:
-    import http.client
-
-    from recrunner.config.compose import load
-    from recrunner.serving.server import Server
-
-    lines = Path(test_file).read_bytes().split(b"\n")[:n]
-    body = b"\n".join(line.split(b"\t", 1)[1] for line in lines) + b"\n"
-    srv = Server(load(["serving.port=0"]).serving, export)
-    srv.start()
-    try:
-        assert srv.wait_ready(120), srv.app.failed
-        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
-        conn.request("POST", "/predict", body, {"Content-Type": "text/plain"})
-        reply = conn.getresponse()
-        data = reply.read()
-        assert reply.status == 200, data
-        return np.array(json.loads(data)["predictions"], np.float32)
-    finally:
-        srv.stop(5)

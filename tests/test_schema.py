@@ -67,7 +67,10 @@ def reference(schema: Schema, row: dict[str, str]) -> tuple[list[float], list[in
             value = str(datetime.datetime.strptime(value, "%y%m%d%H").weekday())
         values = [v for v in value.split(f.multi_value) if v] if f.multi_value else [value]
         hashed = [_hash(v, f.salt_name) % f.buckets + f.offset for v in values[:f.width]]
-        ids += hashed + [schema.pad_id] * (f.width - len(hashed))
+        if len(hashed) < f.width:
+            assert schema.pad_id is not None  # multi-valued: the schema has a pad id
+            hashed += [schema.pad_id] * (f.width - len(hashed))
+        ids += hashed
     return dense, ids
 
 
@@ -262,13 +265,13 @@ def test_bundled_datasets_compose() -> None:
 
 
 def test_synth_follows_any_schema(tmp_path) -> None:
-    from recrunner.data.prepare import ensure_dataset
+    from recrunner.data.prepare import generate_synth
     from recrunner.train.metrics import auc
 
     cfg = load(["dataset/schema=tags_example", f"dataset.train={tmp_path}/tr.csv",
                 f"dataset.test={tmp_path}/te.csv", "dataset.synth.train_rows=4000",
                 "dataset.synth.test_rows=500", "dataset.synth.base_ctr=0.2"])
-    ensure_dataset(cfg.dataset)
+    list(generate_synth(cfg.dataset, only_missing=True))  # as `recrun data synth` does
     schema = Schema.from_config(cfg.dataset.schema, COMMON)
     batch = read(cfg.dataset.train, cfg.dataset.schema, schema)
     truth = np.load(f"{tmp_path}/tr.csv.truth.npy")

@@ -4,7 +4,6 @@ with multi-valued fields and no dense ones. Each trains, exports (checked in eve
 serves; the server's answers for label-less rows in the dataset's own format, with its header
 line, equal `recrun predict`."""
 
-import http.client
 import json
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 
 from recrunner.models import model_names
-from tests.conftest import recrun
+from tests.conftest import recrun, serve_and_predict
 
 pytestmark = pytest.mark.slow
 SCHEMAS = ["avazu", "tags_example"]
@@ -74,22 +73,6 @@ def test_model_trains_exports_and_serves_the_schema(data: dict[str, Path], tmp_p
     assert predicted.shape == (200,)
     final = np.load(run / "predictions.npz")["prob"][:200]
     np.testing.assert_allclose(predicted, final, atol=1e-5)
-    np.testing.assert_allclose(serve(run / "export", rows.read_bytes()), predicted, atol=1e-5)
+    served = serve_and_predict(run / "export", rows.read_bytes(), "text/csv")
+    np.testing.assert_allclose(served, predicted, atol=1e-5)
 
-
-def serve(export: Path, body: bytes) -> np.ndarray:
-    from recrunner.config.compose import load
-    from recrunner.serving.server import Server
-
-    srv = Server(load(["serving.port=0"]).serving, export)
-    srv.start()
-    try:
-        assert srv.wait_ready(120), srv.app.failed
-        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
-        conn.request("POST", "/predict", body, {"Content-Type": "text/csv"})
-        reply = conn.getresponse()
-        data = reply.read()
-        assert reply.status == 200, data
-        return np.array(json.loads(data)["predictions"], np.float32)
-    finally:
-        srv.stop(5)

@@ -122,6 +122,7 @@ def test_predict_raw_rows_equal_offline(server: Server, rows: client.Labeled,
     assert status == 200, data
     np.testing.assert_allclose(json.loads(data)["predictions"], want, atol=ATOL)
     # The same rows as JSON objects (numbers as numbers, empty cells left out) and as strings.
+    assert server.app.model is not None
     names = server.app.model.schema.names(labeled=False)
     objects = []
     for line in rows.lines[:40]:

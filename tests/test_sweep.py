@@ -26,7 +26,7 @@ def test_optuna_sweep_optimizes_the_test_auc_and_never_overwrites(tmp_path: Path
     first = sweep(out, tiny_data, "hydra.sweeper.n_trials=2", *space)
     assert first.returncode == 0, first.stderr[-3000:]
     (folder,) = (out / "multirun").iterdir()
-    aucs = {}
+    aucs: dict[float, float] = {}
     for job in ("0", "1"):
         summary = json.loads((folder / job / "summary.json").read_text())
         rate = yaml.safe_load((folder / job / ".hydra" / "config.yaml").read_text())
@@ -34,7 +34,7 @@ def test_optuna_sweep_optimizes_the_test_auc_and_never_overwrites(tmp_path: Path
         assert (folder / job / "export" / "model.json").is_file()
     assert len(aucs) == 2  # two different trials
     result = yaml.safe_load((folder / "optimization_results.yaml").read_text())
-    best_rate = max(aucs, key=aucs.get)  # maximized: the objective is the AUC
+    best_rate = max(aucs, key=aucs.__getitem__)  # maximized: the objective is the AUC
     assert result["best_value"] == pytest.approx(aucs[best_rate], abs=1e-12)
     assert result["best_params"]["runner.learning_rate"] == pytest.approx(best_rate)
 

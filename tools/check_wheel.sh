@@ -75,7 +75,7 @@ from pathlib import Path
 summary = json.loads(Path("runs/wide_deep/summary.json").read_text())
 export = Path(summary["export_dir"])
 assert export.is_dir() and any(export.iterdir()), f"no export in {export}"
-assert Path("data/synth/train.tsv").is_file(), "the synthetic data was not generated here"
+assert Path("data/synth/criteo/train.txt").is_file(), "the synthetic data was not generated here"
 print("summary:", summary)
 EOF
 

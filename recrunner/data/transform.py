@@ -6,6 +6,7 @@ gathered back to the rows: hashing, splitting multi-valued fields and deriving v
 
 import datetime
 from collections.abc import Callable, Mapping
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +16,7 @@ from recrunner.data.errors import BlockInvalid
 from recrunner.data.hashing import hash_to_buckets
 from recrunner.data.schema import Field, Schema
 
-Column = pa.Array | pa.ChunkedArray
+Column: TypeAlias = pa.Array | pa.ChunkedArray
 
 
 def derive_value(kind: str, text: str) -> str:
@@ -49,9 +50,12 @@ def _per_distinct(column: Column, width: int, fn: Callable[[pa.Array], np.ndarra
 
 
 def _derived_ids(f: Field, column: Column) -> np.ndarray:
+    kind = f.derive
+    assert kind is not None  # only called for derived features
+
     def table(values: pa.Array) -> np.ndarray:
         try:
-            derived = pa.array([derive_value(f.derive, v) for v in values.to_pylist()])
+            derived = pa.array([derive_value(kind, v) for v in values.to_pylist()])
         except ValueError as exc:
             raise BlockInvalid(f"{f.column}: {exc}") from exc
         return (hash_to_buckets(derived, f.salt, f.buckets) + f.offset)[:, None]
@@ -83,6 +87,7 @@ def _multi_ids(f: Field, column: Column, pad_id: int) -> np.ndarray:
 def field_ids(schema: Schema, f: Field, column: Column) -> np.ndarray:
     """Ids of one categorical feature: [N] when single-valued, else [N, max_len]."""
     if f.multi_value is not None:
+        assert schema.pad_id is not None  # set whenever a feature is multi-valued
         return _multi_ids(f, column, schema.pad_id)
     if f.derive is not None:
         return _derived_ids(f, column)[:, 0]

@@ -41,7 +41,10 @@ class Probe:
         return float(np.abs(fn(*self.inputs) - self.expected).max())
 
     def save(self, path: Path, names: list[str]) -> None:
-        np.savez(path, **dict(zip(names, self.inputs, strict=True)), **{_EXPECTED: self.expected})
+        # Any: savez's stubs type **kwds like its bool keyword parameters.
+        inputs: dict[str, Any] = dict(zip(names, self.inputs, strict=True))
+        expected: dict[str, Any] = {_EXPECTED: self.expected}
+        np.savez(path, **inputs, **expected)
 
     @classmethod
     def load(cls, path: Path, names: list[str]) -> "Probe":

@@ -71,8 +71,8 @@ def _quiet_fds() -> Iterator[Path]:
     finally:
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
-        for f in (fd, *saved):
-            os.close(f)
+        for held in (fd, *saved):
+            os.close(held)
 
 
 def _onnx_folders(model_dir: Path) -> tuple[Path, Path]:

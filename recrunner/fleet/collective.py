@@ -86,6 +86,7 @@ class CollectiveGroup(LocalGroup):
             batch = next(batches, None)
             every, some = self.all_have(batch is not None)
             if every:
+                assert batch is not None  # every rank has one, this one too
                 yield batch, False
                 continue
             if not some:

@@ -96,7 +96,8 @@ def build_graph(cfg: RootConfig) -> Graph:
 
     inputs = model_inputs(cfg)
     main, startup = paddle.static.Program(), paddle.static.Program()
-    main.random_seed = startup.random_seed = cfg.runner.seed
+    # Paddle's stubs declare random_seed read-only; the Program has a setter at runtime.
+    main.random_seed = startup.random_seed = cfg.runner.seed  # type: ignore[misc]
     with paddle.static.program_guard(main, startup):
         label = paddle.static.data("label", [-1, 1], "float32")
         # No dense features: no dense input (the models ignore `dense` then).
@@ -199,7 +200,8 @@ class PsEngine:
             return  # geo trainers own their copies; the communicator merges them
         from paddle.distributed.ps.utils.public import get_the_one_recv_context
 
-        rt = self.fleet.fleet._runtime_handle
+        # Typed None in Paddle (its initial value); fleet.init_worker has set the runtime.
+        rt: Any = self.fleet.fleet._runtime_handle
         recv = get_the_one_recv_context(rt.context, split_dense_table=rt.is_heter_ps_mode)
         rt._pull_all_dense(rt.scopes, rt._send_ctx, recv)
 
@@ -346,7 +348,8 @@ class PsEngine:
         from recrunner.fleet import rebuild
 
         dist = self.out / "dist"
-        self.paddle.save(self.net_state(), str(dist / rebuild.STATE))
+        # paddle.save pickles numpy arrays too; its annotation names only Tensors.
+        self.paddle.save(self.net_state(), str(dist / rebuild.STATE))  # type: ignore[arg-type]
         (dist / rebuild.CONFIG).write_text(to_yaml(self.cfg))
         (dist / rebuild.EXTRA).write_text(json.dumps(extra))
         rebuild.rebuild_in_subprocess(self.out, self.cfg.mode.timeout_s)

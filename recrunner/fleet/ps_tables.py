@@ -86,7 +86,8 @@ def install_client_gflags(gflags: str = CLIENT_GFLAGS) -> None:
 
     build_worker_desc.__wrapped__ = build  # type: ignore[attr-defined]
     build_worker_desc.recrun_gflags = gflags  # type: ignore[attr-defined]
-    builder.build_worker_desc = build_worker_desc
+    # Deliberate monkeypatch of a Paddle internal (the worker desc has no gflags hook).
+    builder.build_worker_desc = build_worker_desc  # type: ignore[method-assign]
 
 
 # The async communicator's settings, which Paddle takes from the environment

@@ -3,6 +3,7 @@
 
 import os
 import socket
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
 from recrunner.errors import RecrunnerError
@@ -36,7 +37,7 @@ class Role:
         return self.kind == PSERVER
 
 
-def in_fleet_job(env: dict[str, str] | None = None) -> bool:
+def in_fleet_job(env: Mapping[str, str] | None = None) -> bool:
     """True when a launcher or the operator started this process as part of a job."""
     env = os.environ if env is None else env
     return any(env.get(v) for v in ROLE_VARS) or "PADDLE_TRAINER_ENDPOINTS" in env
@@ -55,7 +56,7 @@ def parse_endpoints(value: str | None, var: str) -> list[str]:
     return out
 
 
-def _int_env(env: dict[str, str], var: str, default: int | None = None) -> int:
+def _int_env(env: Mapping[str, str], var: str, default: int | None = None) -> int:
     value = env.get(var)
     if value is None or value == "":
         if default is None:
@@ -67,7 +68,7 @@ def _int_env(env: dict[str, str], var: str, default: int | None = None) -> int:
         raise DistError(f"{var}={value!r} is not an integer") from None
 
 
-def role_from_env(mode: str, env: dict[str, str] | None = None) -> Role:
+def role_from_env(mode: str, env: Mapping[str, str] | None = None) -> Role:
     """Read and check the role variables; normalise them so Paddle's own readers agree."""
     env = os.environ if env is None else env
     kind = next((env[v].upper() for v in ROLE_VARS if env.get(v)), TRAINER)
@@ -100,7 +101,7 @@ def role_from_env(mode: str, env: dict[str, str] | None = None) -> Role:
     return Role(kind, index, trainers, servers, trainers_num)
 
 
-def server_index(env: dict[str, str], servers: list[str]) -> int:
+def server_index(env: Mapping[str, str], servers: list[str]) -> int:
     """A server is the entry of the list that is POD_IP:PADDLE_PORT (how Paddle finds it)."""
     me = f"{env.get('POD_IP', '')}:{env.get('PADDLE_PORT', '')}"
     if me in servers:
@@ -109,7 +110,7 @@ def server_index(env: dict[str, str], servers: list[str]) -> int:
                     f"PADDLE_PSERVERS_IP_PORT_LIST={','.join(servers)}")
 
 
-def prepare_env(mode: str, role: Role, env: dict[str, str] | None = None) -> None:
+def prepare_env(mode: str, role: Role, env: MutableMapping[str, str] | None = None) -> None:
     """Fill what a pod lacks and Paddle needs: the current endpoint, gloo on a CPU build."""
     env = os.environ if env is None else env
     env["TRAINING_ROLE"] = role.kind  # PaddleCloudRoleMaker reads only this one

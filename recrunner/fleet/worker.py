@@ -40,6 +40,7 @@ def run_worker(cfg: RootConfig) -> dict[str, Any] | None:
     role_name = "server" if role.is_server else "trainer"
     out = cfg.runner.output_dir
     status.write(out, role_name, role.index, status.RUNNING)
+    summary: dict[str, Any] | None
 
     def on_term(signum: int, frame: Any) -> None:
         # Stopped from outside (the launcher stops everyone once one process fails): say so,
