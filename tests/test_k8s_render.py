@@ -365,6 +365,20 @@ def test_cli_dry_run_stdout_is_only_yaml(tmp_path: Path) -> None:
     assert METAURL not in proc.stdout + proc.stderr
 
 
+def test_dry_run_without_credentials_renders_placeholders(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's dry-run line works as written: nothing is sent, so missing JuiceFS
+    credentials are placeholders naming the variable; a real submit still needs them."""
+    monkeypatch.delenv("JUICEFS_METAURL", raising=False)
+    cfg = load([*BASE, *PS])
+    rendered = ops.render(cfg, dry_run=True)
+    secret = next(d for d in ops.redacted(rendered.docs) if d["kind"] == "Secret")
+    assert secret["stringData"]["metaurl"] == "<set JUICEFS_METAURL>"
+    assert "<set JUICEFS_METAURL>" not in rendered.secret_values  # a placeholder is no secret
+    with pytest.raises(RecrunnerError, match="JuiceFS metaurl not set: export JUICEFS_METAURL"):
+        ops.render(cfg)
+
+
 def test_rbac_manifests_pass_the_official_schemas() -> None:
     docs = list(yaml.safe_load_all((REPO / "k8s" / "rbac.yaml").read_text()))
     assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "ClusterRole",

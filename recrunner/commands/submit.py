@@ -31,7 +31,8 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     offline = args.dry_run or args.output_dir
     if args.wait and offline:
         raise RecrunnerError("--wait follows a submitted job: drop --dry-run / -o")
-    rendered = ops.render(cfg)  # everything is checked before anything is sent
+    # Everything is checked before anything is sent.
+    rendered = ops.render(cfg, dry_run=bool(offline))
     for text in rendered.notes:
         ops.note(text)
     names = rendered.names

@@ -39,11 +39,12 @@ def check_no_leaks(docs: list[dict[str, Any]], values: tuple[str, ...]) -> None:
                 "credentials go only in the Secret")
 
 
-def render(cfg: RootConfig) -> Rendered:
-    """Validate the config, read the Secret's values, build and validate every document."""
+def render(cfg: RootConfig, dry_run: bool = False) -> Rendered:
+    """Validate the config, read the Secret's values, build and validate every document
+    (`dry_run`: nothing is sent, so missing credentials become placeholders)."""
     validate.validate_config(cfg)
     jfs = cfg.cluster.juicefs
-    data = secrets.juicefs_secret_data(jfs) if jfs.create_secret else None
+    data = secrets.juicefs_secret_data(jfs, placeholders=dry_run) if jfs.create_secret else None
     values = tuple(secrets.sensitive_values(data or {}))
     docs = manifests.render(cfg, data)
     check_no_leaks(docs, values)

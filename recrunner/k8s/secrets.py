@@ -42,10 +42,12 @@ def read_env_file(path: Path) -> dict[str, str]:
     return values
 
 
-def juicefs_secret_data(jfs: JuiceFSConfig) -> dict[str, str]:
+def juicefs_secret_data(jfs: JuiceFSConfig, placeholders: bool = False) -> dict[str, str]:
     """The Secret's stringData: plain keys from the config, credentials from env or file.
 
-    The environment wins over the file, so a CI job can override one value.
+    The environment wins over the file, so a CI job can override one value. With
+    `placeholders` (a dry run, which sends nothing) a missing required value is rendered as a
+    placeholder naming the variable to set, instead of stopping.
     """
     source: dict[str, str] = {}
     if jfs.secrets_file:
@@ -58,7 +60,9 @@ def juicefs_secret_data(jfs: JuiceFSConfig) -> dict[str, str]:
             data[key] = value
     where = "the environment" + (f" or {jfs.secrets_file}" if jfs.secrets_file else "")
     for key in REQUIRED_KEYS:
-        if not data.get(key):
+        if not data.get(key) and placeholders:
+            data[key] = f"<set {env_name(jfs.secret_env_prefix, key)}>"
+        elif not data.get(key):
             raise RecrunnerError(
                 f"JuiceFS {key} not set: export {env_name(jfs.secret_env_prefix, key)} (not found "
                 f"in {where}), or set cluster.juicefs.secrets_file, or "
@@ -68,9 +72,15 @@ def juicefs_secret_data(jfs: JuiceFSConfig) -> dict[str, str]:
     return {k: v for k, v in data.items() if v}
 
 
+def is_placeholder(value: str) -> bool:
+    return value.startswith("<set ") and value.endswith(">")
+
+
 def sensitive_values(data: dict[str, str]) -> list[str]:
-    return [data[k] for k in SENSITIVE_KEYS if data.get(k)]
+    return [data[k] for k in SENSITIVE_KEYS if data.get(k) and not is_placeholder(data[k])]
 
 
 def redact(data: dict[str, str]) -> dict[str, str]:
-    return {k: (REDACTED if k in SENSITIVE_KEYS else v) for k, v in data.items()}
+    """Credentials hidden; a dry run's placeholders shown (they say what to set)."""
+    return {k: (REDACTED if k in SENSITIVE_KEYS and not is_placeholder(v) else v)
+            for k, v in data.items()}
