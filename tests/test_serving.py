@@ -425,8 +425,14 @@ def test_serve_cluster_k8s_dry_run_writes_the_bundle(export_dir: Path, tmp_path:
 
     model = tmp_path / "export"
     shutil.copytree(export_dir, model, ignore=shutil.ignore_patterns("model.onnx"))
-    result = recrun("serve", "cluster=k8s", f"serving.model_dir={model}",
-                    "serving.k8s.image=img:1", "--dry-run", timeout=120)
+    args = ["serve", "cluster=k8s", f"serving.model_dir={model}", "serving.k8s.image=img:1",
+            "--dry-run"]
+    before = sorted(tmp_path.rglob("*"))
+    result = recrun(*args, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert sorted(tmp_path.rglob("*")) == before  # a dry run writes nothing unless asked
+    assert yaml.safe_load(result.stdout)["kind"] == "PaddleService"
+    result = recrun(*args, "--bundle", timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     doc = yaml.safe_load(result.stdout)
     assert doc["kind"] == "PaddleService" and doc["spec"]["default"]["tag"] == "1"

@@ -20,8 +20,10 @@ log = logging.getLogger("recrunner.serve")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
-                        help="cluster=k8s: write the bundle and print the PaddleService; "
-                             "contact no server")
+                        help="cluster=k8s: print the PaddleService; contact no server and write "
+                             "nothing (unless --bundle)")
+    parser.add_argument("--bundle", action="store_true",
+                        help="cluster=k8s with --dry-run: also pack the Paddle Serving bundle")
 
 
 def model_dir(cfg: RootConfig) -> Path:
@@ -32,7 +34,8 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     if str(cfg.cluster.name) == "k8s":
         from recrunner.serving.k8s import serve_on_k8s
 
-        return serve_on_k8s(cfg, model_dir(cfg), dry_run=args.dry_run)
+        return serve_on_k8s(cfg, model_dir(cfg), dry_run=args.dry_run,
+                            bundle=args.bundle or not args.dry_run)
     return serve_here(cfg)
 
 

@@ -160,12 +160,14 @@ def apply(cfg: RootConfig, doc: dict[str, Any]) -> str:
     return kc.Kube(getattr(cfg.cluster, "context", None)).apply(doc)
 
 
-def serve_on_k8s(cfg: RootConfig, model_dir: Path, dry_run: bool) -> int:
+def serve_on_k8s(cfg: RootConfig, model_dir: Path, dry_run: bool, bundle: bool = True) -> int:
+    """Render (and unless `dry_run`, apply) the PaddleService; `bundle`: pack the export as a
+    Paddle Serving bundle beside it (a dry run writes nothing unless asked)."""
     doc = render_service(cfg)  # config errors before any file is written
     for note in validate_documents([doc], crd_dir_for(cfg)):
         print(f"recrun serve: note: {note}", file=sys.stderr)
     tar_path = None
-    if model_dir.is_dir() or not dry_run:
+    if bundle and (model_dir.is_dir() or not dry_run):
         tar_path = write_bundle(model_dir)
         print(f"recrun serve: bundle {model_dir} ({SERVER_CONF}, {CLIENT_CONF}) packed as "
               f"{tar_path}", file=sys.stderr)
