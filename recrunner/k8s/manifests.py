@@ -14,17 +14,13 @@ import yaml
 from recrunner.config.cluster import ClusterConfig, RoleResources, Scheduler, Toleration
 from recrunner.config.mode import ModeName
 from recrunner.config.schema import RootConfig
+from recrunner.k8s.kinds import PADDLE_API, SAMPLE_API, SUBMIT_ORDER
 from recrunner.k8s.validate import to_dns_label
 
 APP = "recrunner"
-PADDLE_API = "batch.paddlepaddle.org/v1"
-SAMPLE_API = "batch.paddlepaddle.org/v1alpha1"
 CONTAINER = "paddle"
 CONFIG_FILE = "config.yaml"
 JUICEFS_DRIVER = "csi.juicefs.com"
-# What `recrun submit` applies, in this order (dependencies first); delete goes backwards.
-KIND_ORDER = ("Secret", "PersistentVolume", "PersistentVolumeClaim", "ConfigMap", "SampleSet",
-              "SampleJob", "PaddleJob")
 
 
 @dataclass(frozen=True)
@@ -330,7 +326,7 @@ def render(cfg: RootConfig, secret_data: dict[str, str] | None) -> list[dict[str
     if names.samplejob:
         docs.append(samplejob(cfg, names))
     docs.append(paddlejob(cfg, names))
-    return docs
+    return sorted(docs, key=lambda doc: SUBMIT_ORDER.index(doc["kind"]))  # the table decides
 
 
 class _Dumper(yaml.SafeDumper):

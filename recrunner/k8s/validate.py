@@ -5,7 +5,7 @@ document and field path, for schema checks).
 """
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -17,16 +17,6 @@ DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z
 # Services are DNS-1035 labels (must start with a letter); the operator names one per pod
 # after the job (intranet=Service), so job names follow the stricter rule.
 DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-QUANTITY = re.compile(
-    r"^(?P<num>[+-]?(\d+(\.\d*)?|\.\d+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$"
-)
-_SUFFIX = {
-    "": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15, "E": Decimal(10) ** 18, "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
-}
 # Longest pod-name tail the operator appends to the job name: "-worker-" plus an index.
 JOB_NAME_MAX = 63 - len("-worker-999")
 K8S_VERSION = "1.30"
@@ -62,21 +52,20 @@ def to_dns_label(text: str, max_len: int = JOB_NAME_MAX) -> str:
 
 
 def parse_quantity(key: str, value: str | int | float | None) -> Decimal:
-    """A Kubernetes resource quantity (e.g. 500m, 2, 8Gi, 1e3) as a number."""
-    text = str(value).strip() if value is not None else ""
-    match = QUANTITY.match(text)
-    if not match:
-        raise RecrunnerError(
-            f"{key}={value!r} is not a Kubernetes quantity (e.g. 500m, 2, 8Gi)")
-    suffix = match["suffix"] or ""
+    """A Kubernetes resource quantity (e.g. 500m, 2, 8Gi, 1e3) as a number, by the client
+    library's parser; its ValueError becomes one line naming the config key."""
+    from kubernetes.utils import parse_quantity as kube_quantity
+
     try:
-        number = Decimal(match["num"])
-        scale = Decimal(10) ** int(suffix[1:]) if suffix[:1] in ("e", "E") else _SUFFIX[suffix]
-    except (InvalidOperation, ValueError) as exc:
-        raise RecrunnerError(f"{key}={value!r} is not a Kubernetes quantity") from exc
+        number = Decimal(kube_quantity(value.strip() if isinstance(value, str) else value))
+        if not number.is_finite():  # the parser lets Decimal read "inf" and "nan"
+            raise ValueError(value)
+    except (ValueError, TypeError, ArithmeticError) as exc:
+        raise RecrunnerError(
+            f"{key}={value!r} is not a Kubernetes quantity (e.g. 500m, 2, 8Gi)") from exc
     if number < 0:
         raise RecrunnerError(f"{key}={value!r} is negative")
-    return number * scale
+    return number
 
 
 def check_count(key: str, value: int, minimum: int = 1) -> int:

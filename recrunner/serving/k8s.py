@@ -26,10 +26,10 @@ from recrunner.export import (
     PROBE_FILE,
     SPARSE_INPUT,
 )
+from recrunner.k8s.kinds import SERVING_API
 from recrunner.k8s.validate import validate_documents
 from recrunner.serving.protocol import FLOAT32, INT64
 
-API_VERSION = "elasticserving.paddlepaddle.org/v1"
 KIND = "PaddleService"
 SERVER_CONF = "serving_server_conf.prototxt"
 CLIENT_CONF = "serving_client_conf.prototxt"
@@ -130,7 +130,7 @@ def render_service(cfg: RootConfig) -> dict[str, Any]:
     check_name("serving.k8s.namespace", namespace)
     image, tag = _image(cfg)
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": SERVING_API,
         "kind": KIND,
         "metadata": {"name": service_name(cfg), "namespace": namespace,
                      "labels": {"app.kubernetes.io/name": "recrunner",
