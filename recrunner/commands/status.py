@@ -11,13 +11,13 @@ COUNTS = ("pending", "starting", "running", "succeeded", "failed")
 
 def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     from recrunner.k8s import ops
-    from recrunner.k8s.client import Kube
+    from recrunner.k8s.client import Kube, Ref
     from recrunner.k8s.manifests import job_roles
 
     names = ops.validate_names(cfg)
     kube = Kube(cfg.cluster.context)
-    ref = kube.paddlejob_ref(names.job, names.namespace)
-    job = kube.get_custom(ref)
+    ref = Ref.to("PaddleJob", names.job, names.namespace)
+    job = kube.get(ref)
     if job is None:
         raise RecrunnerError(f"{ref} not found in namespace {names.namespace}: submit it with "
                              "`recrun submit cluster=k8s` (same overrides)")
@@ -36,7 +36,7 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
         if status.get(key):
             print(f"  {label} {status[key]}")
     if names.sampleset:
-        ss = kube.get_custom(kube.sampleset_ref(names.sampleset, names.namespace))
+        ss = kube.get(Ref.to("SampleSet", names.sampleset, names.namespace))
         if ss is None:
             print(f"sampleset/{names.sampleset}  not found")
         else:

@@ -20,12 +20,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--show-secrets", action="store_true",
                         help="print/write the Secret's credentials instead of <redacted>")
     parser.add_argument("--wait", action="store_true",
-                        help="follow the PaddleJob: exit 0 when Completed, 1 when Failed")
+                        help="follow the PaddleJob (a watch): exit 0 when Completed, 1 when Failed")
 
 
 def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     from recrunner.k8s import ops
-    from recrunner.k8s.client import FAILED, SUCCEEDED, Kube
+    from recrunner.k8s.client import FAILED, SUCCEEDED, Kube, Ref
     from recrunner.k8s.manifests import dump_all
 
     offline = args.dry_run or args.output_dir
@@ -49,8 +49,8 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
         return 0
 
     kube = Kube(cfg.cluster.context, secrets=rendered.secret_values)
-    job_ref = kube.paddlejob_ref(names.job, names.namespace)
-    existing = kube.get_custom(job_ref)
+    job_ref = Ref.to("PaddleJob", names.job, names.namespace)
+    existing = kube.get(job_ref)
     phase = ((existing or {}).get("status") or {}).get("phase")
     if phase in SUCCEEDED + FAILED:
         raise RecrunnerError(
@@ -61,7 +61,7 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
         result = kube.apply(doc)
         print(f"{doc['kind'].lower()}/{doc['metadata']['name']} {result}")
     if args.wait:
-        return kube.wait(job_ref, cfg.cluster.poll_interval_s, cfg.cluster.wait_timeout_s)
+        return kube.wait(job_ref, cfg.cluster.wait_timeout_s)
     print(f"follow it with `recrun status` / `recrun logs` and the same overrides "
           f"(namespace {names.namespace}, job {names.job})")
     return 0

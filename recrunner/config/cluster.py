@@ -129,8 +129,7 @@ class ClusterConfig:
     juicefs: JuiceFSConfig = field(default_factory=JuiceFSConfig)
     # Where the rendered config is mounted in the pods.
     config_mount_path: str = "/etc/recrunner"
-    # --wait: seconds between status polls, and how long to wait at most (null: forever).
-    poll_interval_s: float = 10.0
+    # --wait (a watch on the PaddleJob): how long to wait at most, in seconds (null: forever).
     wait_timeout_s: float | None = None
     # Upstream CRDs to validate custom resources against (null: the copies shipped in
     # recrunner/k8s/crds; a directory without one for a kind skips that kind's check, noted).

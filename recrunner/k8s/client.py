@@ -1,27 +1,36 @@
 """The few Kubernetes API calls recrunner makes, with API errors turned into one-line advice.
 
-Apply is create-or-patch: POST, and on 409 AlreadyExists a PATCH of the same document (strategic
-merge for built-in kinds, JSON merge for custom resources), so re-submitting updates in place.
+Everything but pod logs goes through the client library's dynamic client: discovery finds each
+kind's endpoint (built-in or custom), and apply is server-side apply, what `kubectl apply
+--server-side --force-conflicts --field-manager=recrunner` does: one PATCH that creates or
+updates any kind, so re-submitting updates in place and an unchanged config changes nothing.
+`--wait` follows the PaddleJob through a watch stream instead of polling.
 """
 
 import contextlib
+import hashlib
 import json
 import logging
+import math
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from recrunner.errors import RecrunnerError
-from recrunner.k8s.manifests import PADDLE_API, SAMPLE_API
+from recrunner.k8s.kinds import BY_NAME
 from recrunner.k8s.secrets import REDACTED
 
-CUSTOM_PLURALS = {"PaddleJob": "paddlejobs", "SampleSet": "samplesets", "SampleJob": "samplejobs",
-                  "PaddleService": "paddleservices"}
-CORE_SNAKE = {"ConfigMap": "config_map", "Secret": "secret",
-              "PersistentVolumeClaim": "persistent_volume_claim"}
+FIELD_MANAGER = "recrunner"
+# Conflicts are forced: the config is the source of truth for every field recrunner sets (as
+# the create-or-patch before it was), and the operators write only status, which apply leaves
+# alone. A field someone changed with kubectl is taken back, like `--force-conflicts`.
+FORCE_CONFLICTS = True
+# Waiting without a timeout: one watch connection lasts at most this long, then reconnects.
+WATCH_CONNECTION_S = 300
 SUCCEEDED = ("Completed", "Succeed")
 FAILED = ("Failed", "Aborted")
 
@@ -40,12 +49,30 @@ class Ref:
         meta = doc["metadata"]
         return cls(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
 
+    @classmethod
+    def to(cls, kind: str, name: str, namespace: str) -> "Ref":
+        """An object of a kind in the table; cluster-scoped kinds drop the namespace."""
+        k = BY_NAME[kind]
+        return cls(k.api_version, k.kind, name, namespace if k.namespaced else None)
+
     def __str__(self) -> str:
         return f"{self.kind.lower()}/{self.name}"
 
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def discovery_cache(host: str) -> Path:
+    """Where the dynamic client keeps what discovery found, per API server (as kubectl keeps
+    ~/.kube/cache/discovery): later commands skip the discovery requests. A kind missing from
+    it is looked up again, so a CRD installed meanwhile is found."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    name = hashlib.sha256(host.encode()).hexdigest()[:16]
+    path = root / "recrunner" / "discovery" / f"{name}.json"
+    with contextlib.suppress(OSError):  # unwritable: the client then just discovers every time
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 class Kube:
@@ -73,8 +100,8 @@ class Kube:
         logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
         self.host = conf.host
         self.api = client.ApiClient(conf)
-        self.core = client.CoreV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
+        self.core = client.CoreV1Api(self.api)  # pod logs: a subresource stream, not a kind
+        self._dynamic: Any = None
 
     # --- errors ----------------------------------------------------------------------------
 
@@ -85,7 +112,13 @@ class Kube:
 
     def _error(self, exc: Exception, action: str, ref: Ref) -> RecrunnerError:
         from kubernetes.client.exceptions import ApiException
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
+        install = getattr(BY_NAME.get(ref.kind), "install", None)
+        if isinstance(exc, ResourceNotFoundError):  # discovery: no such kind on this server
+            return RecrunnerError(
+                f"cannot {action} {ref}: the cluster does not serve {ref.kind} "
+                f"({ref.api_version}): {install or 'is the API version right?'}")
         if not isinstance(exc, ApiException):
             reason = getattr(exc, "reason", None) or exc
             return RecrunnerError(self._scrub(
@@ -105,9 +138,10 @@ class Kube:
                     f"(namespace {ns})")
         elif status == 404 and "namespaces" in message and "not found" in message:
             hint = f"{message}; create it (kubectl create namespace {ns}) or set cluster.namespace"
-        elif status == 404 and ref.kind in CUSTOM_PLURALS:
+        elif status == 404 and install and not self._missing_object(exc, ref):
+            # The CRD went away after discovery cached it.
             hint = (f"{message}; the cluster does not serve {ref.kind} ({ref.api_version}): "
-                    "install the Paddle Operator CRDs (see k8s/README.md)")
+                    f"{install}")
         elif status == 404:
             hint = f"{message}; it does not exist"
         elif status == 409:
@@ -118,14 +152,6 @@ class Kube:
         else:
             hint = message or "unexpected API error"
         return RecrunnerError(f"{what}: {status} {exc.reason}: {hint}")
-
-    def _call(self, action: str, ref: Ref, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        try:
-            return fn(*args, **kw)
-        except RecrunnerError:
-            raise
-        except Exception as exc:
-            raise self._error(exc, action, ref) from exc
 
     @staticmethod
     def _status(exc: Exception) -> int | None:
@@ -142,75 +168,46 @@ class Kube:
             return False
         return details.get("name") == ref.name
 
-    # --- generic verbs ---------------------------------------------------------------------
+    # --- verbs, any kind --------------------------------------------------------------------
 
-    def _custom_args(self, ref: Ref) -> tuple[str, str, str, str]:
-        group, version = ref.api_version.split("/")
-        return group, version, str(ref.namespace), CUSTOM_PLURALS[ref.kind]
+    def _resource(self, ref: Ref) -> Any:
+        """The kind's endpoint, found by discovery (made on first use, so that its errors, too,
+        name the object)."""
+        from kubernetes.dynamic import DynamicClient
 
-    @staticmethod
-    def _raw(fn: Callable[..., Any], *args: Any) -> bytes:
-        # Unparsed: no dependence on the client's typed models (strict in some versions) for
-        # answers we do not need; non-2xx still raises ApiException.
-        resp = fn(*args, _preload_content=False)
-        try:
-            return resp.data
-        finally:
-            resp.release_conn()
-
-    def _create(self, ref: Ref, body: dict[str, Any]) -> bytes:
-        if ref.kind in CUSTOM_PLURALS:
-            return self._raw(self.custom.create_namespaced_custom_object,
-                             *self._custom_args(ref), body)
-        if ref.kind == "PersistentVolume":
-            return self._raw(self.core.create_persistent_volume, body)
-        return self._raw(getattr(self.core, f"create_namespaced_{CORE_SNAKE[ref.kind]}"),
-                         ref.namespace, body)
-
-    def _patch(self, ref: Ref, body: dict[str, Any]) -> bytes:
-        if ref.kind in CUSTOM_PLURALS:
-            return self._raw(self.custom.patch_namespaced_custom_object,
-                             *self._custom_args(ref), ref.name, body)
-        if ref.kind == "PersistentVolume":
-            return self._raw(self.core.patch_persistent_volume, ref.name, body)
-        return self._raw(getattr(self.core, f"patch_namespaced_{CORE_SNAKE[ref.kind]}"),
-                         ref.name, ref.namespace, body)
-
-    def _delete(self, ref: Ref) -> bytes:
-        if ref.kind in CUSTOM_PLURALS:
-            return self._raw(self.custom.delete_namespaced_custom_object,
-                             *self._custom_args(ref), ref.name)
-        if ref.kind == "PersistentVolume":
-            return self._raw(self.core.delete_persistent_volume, ref.name)
-        return self._raw(getattr(self.core, f"delete_namespaced_{CORE_SNAKE[ref.kind]}"),
-                         ref.name, ref.namespace)
+        if self._dynamic is None:
+            self._dynamic = DynamicClient(self.api, cache_file=str(discovery_cache(self.host)))
+        return self._dynamic.resources.get(api_version=ref.api_version, kind=ref.kind)
 
     def apply(self, doc: dict[str, Any]) -> str:
-        """Create the object, or patch it when it exists: 'created' or 'configured'."""
+        """Server-side apply: 'created', or 'serverside-applied' (as kubectl says) when the
+        object existed; an unchanged document leaves the object as it was."""
         ref = Ref.of(doc)
         try:
-            self._create(ref, doc)
-            return "created"
+            # serialize=False: the raw response, whose status tells created (201) from updated.
+            resp = self._resource(ref).server_side_apply(
+                body=doc, namespace=ref.namespace, field_manager=FIELD_MANAGER,
+                force_conflicts=FORCE_CONFLICTS, serialize=False)
         except Exception as exc:
-            if self._status(exc) != 409:
-                raise self._error(exc, "create", ref) from exc
-        self._call("update", ref, self._patch, ref, doc)
-        return "configured"
+            raise self._error(exc, "apply", ref) from exc
+        return "created" if resp.status == 201 else "serverside-applied"
 
     def delete(self, ref: Ref) -> str:
         """'deleted', or 'not found' when it is already gone."""
         try:
-            self._delete(ref)
+            self._resource(ref).delete(name=ref.name, namespace=ref.namespace, serialize=False)
             return "deleted"
         except Exception as exc:
             if self._missing_object(exc, ref):
                 return "not found"
             raise self._error(exc, "delete", ref) from exc
 
-    def get_custom(self, ref: Ref) -> dict[str, Any] | None:
+    def get(self, ref: Ref) -> dict[str, Any] | None:
+        """The object as a plain dict, or None when it does not exist."""
         try:
-            return json.loads(self._raw(self.custom.get_namespaced_custom_object,
-                                        *self._custom_args(ref), ref.name))
+            resp = self._resource(ref).get(name=ref.name, namespace=ref.namespace,
+                                           serialize=False)
+            return json.loads(resp.data)
         except Exception as exc:
             if self._missing_object(exc, ref):
                 return None
@@ -218,38 +215,49 @@ class Kube:
 
     # --- PaddleJob -------------------------------------------------------------------------
 
-    @staticmethod
-    def paddlejob_ref(name: str, namespace: str) -> Ref:
-        return Ref(PADDLE_API, "PaddleJob", name, namespace)
+    def _timed_out(self, ref: Ref, phase: str, timeout_s: float) -> RecrunnerError:
+        return RecrunnerError(f"{ref} still {phase} after {timeout_s:g} s "
+                              "(cluster.wait_timeout_s); it keeps running: check it with "
+                              "`recrun status`")
 
-    @staticmethod
-    def sampleset_ref(name: str, namespace: str) -> Ref:
-        return Ref(SAMPLE_API, "SampleSet", name, namespace)
-
-    def wait(self, ref: Ref, interval_s: float, timeout_s: float | None,
+    def wait(self, ref: Ref, timeout_s: float | None,
              echo: Callable[[str], None] = print) -> int:
-        """Poll the PaddleJob's phase until it is final: 0 Completed, 1 Failed."""
+        """Follow the PaddleJob's phase on a watch stream until it is final: 0 Completed,
+        1 Failed; a RecrunnerError after `timeout_s` (None: no limit)."""
+        from kubernetes import watch
+
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         last = None
         while True:
-            job = self.get_custom(ref)
-            if job is None:
-                raise RecrunnerError(f"{ref} disappeared from namespace {ref.namespace} while "
-                                     "waiting (deleted?)")
-            phase = (job.get("status") or {}).get("phase") or "Pending"
-            if phase != last:
-                echo(f"{ref} {phase}")
-                last = phase
-            if phase in SUCCEEDED:
-                return 0
-            if phase in FAILED:
-                echo(f"{ref} failed: see `recrun logs` (--role, --index) for the pods' output")
-                return 1
-            if deadline is not None and time.monotonic() >= deadline:
-                raise RecrunnerError(f"{ref} still {phase} after {timeout_s:g} s "
-                                     "(cluster.wait_timeout_s); it keeps running: "
-                                     "check it with `recrun status`")
-            time.sleep(interval_s)
+            left = WATCH_CONNECTION_S if deadline is None else deadline - time.monotonic()
+            if left <= 0 and timeout_s is not None:
+                raise self._timed_out(ref, last or "Pending", timeout_s)
+            # A watch without resourceVersion opens with the job's current state (ADDED), so
+            # every reconnect (server timeout, expired version) starts from the truth.
+            present = False
+            try:
+                for event in self._resource(ref).watch(
+                        namespace=ref.namespace, name=ref.name,
+                        timeout=max(1, math.ceil(left)), watcher=watch.Watch()):
+                    present = event["type"] != "DELETED"
+                    if not present:
+                        break
+                    phase = (event["raw_object"].get("status") or {}).get("phase") or "Pending"
+                    if phase != last:
+                        echo(f"{ref} {phase}")
+                        last = phase
+                    if phase in SUCCEEDED:
+                        return 0
+                    if phase in FAILED:
+                        echo(f"{ref} failed: see `recrun logs` (--role, --index) for the pods' "
+                             "output")
+                        return 1
+            except Exception as exc:
+                raise self._error(exc, "watch", ref) from exc
+            if present:  # the server ended the stream: reconnect, or time out
+                continue
+            raise RecrunnerError(f"{ref} disappeared from namespace {ref.namespace} while "
+                                 "waiting (deleted?)")
 
     # --- pods ------------------------------------------------------------------------------
 

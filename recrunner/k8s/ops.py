@@ -11,7 +11,8 @@ from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
 from recrunner.k8s import manifests, secrets, validate
 from recrunner.k8s.client import Ref
-from recrunner.k8s.manifests import KIND_ORDER, Names
+from recrunner.k8s.kinds import BY_NAME, SUBMIT_ORDER
+from recrunner.k8s.manifests import Names
 
 
 @dataclass
@@ -97,26 +98,18 @@ def validate_names(cfg: RootConfig) -> Names:
 
 
 def targets(cfg: RootConfig, names: Names, keep_data: bool) -> list[Ref]:
-    """What `recrun delete` removes, in reverse apply order.
+    """What `recrun delete` removes: what submit applies, in reverse order.
 
     A Secret recrunner did not create (cluster.juicefs.create_secret=false) is left alone;
-    keep_data also keeps the SampleSet cache and the model volume with its Secret.
+    keep_data also keeps the kinds the table marks (the SampleSet cache, the model volume and
+    its Secret).
     """
-    ns = names.namespace
-    refs = {
-        "Secret": Ref("v1", "Secret", names.secret, ns)
-        if cfg.cluster.juicefs.create_secret and not keep_data else None,
-        "PersistentVolume": None if keep_data else Ref("v1", "PersistentVolume", names.pv, None),
-        "PersistentVolumeClaim": None if keep_data
-        else Ref("v1", "PersistentVolumeClaim", names.pvc, ns),
-        "ConfigMap": Ref("v1", "ConfigMap", names.configmap, ns),
-        "SampleSet": Ref(manifests.SAMPLE_API, "SampleSet", names.sampleset, ns)
-        if names.sampleset and not keep_data else None,
-        "SampleJob": Ref(manifests.SAMPLE_API, "SampleJob", names.samplejob, ns)
-        if names.samplejob else None,
-        "PaddleJob": Ref(manifests.PADDLE_API, "PaddleJob", names.job, ns),
-    }
-    return [r for kind in reversed(KIND_ORDER) if (r := refs[kind]) is not None]
+    created = {"Secret": names.secret if cfg.cluster.juicefs.create_secret else None,
+               "PersistentVolume": names.pv, "PersistentVolumeClaim": names.pvc,
+               "ConfigMap": names.configmap, "SampleSet": names.sampleset,
+               "SampleJob": names.samplejob, "PaddleJob": names.job}
+    return [Ref.to(kind, name, names.namespace) for kind in reversed(SUBMIT_ORDER)
+            if (name := created[kind]) and not (keep_data and BY_NAME[kind].keep_data)]
 
 
 def note(text: str) -> None:

@@ -276,8 +276,8 @@ def validate_config(cfg: Any) -> None:
     if not jfs.create_secret and not jfs.secret_name:
         raise RecrunnerError("cluster.juicefs.create_secret=false needs "
                              "cluster.juicefs.secret_name (an existing Secret)")
-    if c.poll_interval_s <= 0:
-        raise RecrunnerError(f"cluster.poll_interval_s={c.poll_interval_s} must be > 0")
+    if c.wait_timeout_s is not None and c.wait_timeout_s <= 0:
+        raise RecrunnerError(f"cluster.wait_timeout_s={c.wait_timeout_s} must be > 0 (or null)")
     names = names_for(cfg)
     check_name("cluster.job_name (derived)", names.job, kind="dns1035", max_len=JOB_NAME_MAX)
     check_name("cluster.juicefs.secret_name", names.secret, kind="subdomain")

@@ -154,7 +154,7 @@ def crd_dir_for(cfg: RootConfig) -> Path:
 
 
 def apply(cfg: RootConfig, doc: dict[str, Any]) -> str:
-    """Create or patch, through `recrun submit`'s client."""
+    """Server-side apply, through `recrun submit`'s client: 'created' or 'serverside-applied'."""
     from recrunner.k8s import client as kc
 
     return kc.Kube(getattr(cfg.cluster, "context", None)).apply(doc)
