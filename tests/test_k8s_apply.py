@@ -1,15 +1,19 @@
 """submit/status/logs/delete against a test double of the Kubernetes REST API.
 
-The double (FakeKube) is an HTTP server on 127.0.0.1 that plays the endpoints recrunner calls:
-create (POST), patch, get and delete of the kinds it renders, and pod logs. The commands reach
-it through a kubeconfig file with a bearer token, like a real cluster.
+The double (FakeKube) is an HTTP server on 127.0.0.1 that answers what the `kubernetes`
+client's dynamic client asks: discovery (/version, /api, /apis, each group's resource list),
+server-side apply (PATCH application/apply-patch+yaml with a fieldManager), get, delete, watch
+streams (?watch=true, newline-delimited JSON events) and pod logs. The commands reach it
+through a kubeconfig file with a bearer token, like a real cluster.
 """
 
+import copy
 import json
 import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,35 +29,29 @@ from recrunner.cli import run_command
 TOKEN = "test-token-5f2a"
 METAURL = "redis://juice:m3ta-Pa55@10.1.2.3:6379/1"
 SECRET_KEY = "s3cr3t-key-VALUE-0042"
-BASE = ["cluster=k8s", "cluster.image=registry.example.com/recrunner:0.1", "cluster.namespace=ctr",
-        "cluster.poll_interval_s=0.01"]
+BASE = ["cluster=k8s", "cluster.image=registry.example.com/recrunner:0.1", "cluster.namespace=ctr"]
 PS = ["mode.name=ps", "mode.servers=1", "mode.trainers=2"]
 SAMPLESET = ["dataset.sampleset.name=criteo-cache",
              "dataset.sampleset.source_uri=bos://ctr-data.bj.bcebos.com/criteo",
              "dataset.train=/mnt/sampleset/train", "dataset.test=/mnt/sampleset/test"]
-ROUTES = [
-    re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<plural>configmaps|secrets|"
-               r"persistentvolumeclaims|pods)(?:/(?P<name>[^/]+))?(?P<log>/log)?$"),
-    re.compile(r"^/api/v1/(?P<plural>persistentvolumes)(?:/(?P<name>[^/]+))?$"),
-    re.compile(r"^/apis/batch\.paddlepaddle\.org/(?P<version>v1|v1alpha1)/namespaces/"
-               r"(?P<ns>[^/]+)/(?P<plural>paddlejobs|samplesets|samplejobs)(?:/(?P<name>[^/]+))?$"),
-    re.compile(r"^/apis/elasticserving\.paddlepaddle\.org/(?P<version>v1)/namespaces/"
-               r"(?P<ns>[^/]+)/(?P<plural>paddleservices)(?:/(?P<name>[^/]+))?$"),
-]
-CUSTOM = {"paddlejobs", "samplesets", "samplejobs", "paddleservices"}
+# What discovery reports: group/version -> (plural, kind, namespaced).
+SERVED: dict[str, list[tuple[str, str, bool]]] = {
+    "v1": [("configmaps", "ConfigMap", True), ("secrets", "Secret", True),
+           ("persistentvolumeclaims", "PersistentVolumeClaim", True),
+           ("persistentvolumes", "PersistentVolume", False), ("pods", "Pod", True)],
+    "batch.paddlepaddle.org/v1": [("paddlejobs", "PaddleJob", True)],
+    "batch.paddlepaddle.org/v1alpha1": [("samplesets", "SampleSet", True),
+                                        ("samplejobs", "SampleJob", True)],
+    "elasticserving.paddlepaddle.org/v1": [("paddleservices", "PaddleService", True)],
+}
+CRD_GROUPS = ("batch.paddlepaddle.org", "elasticserving.paddlepaddle.org")
+OBJECT = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<gv>[^/]+/[^/]+))/"
+                    r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?"
+                    r"(?P<log>/log)?$")
+APPLY = "application/apply-patch+yaml"
+FINAL = ("Completed", "Failed")
+DELETED = "<deleted>"  # in FakeKube.phases: the watch reports the job deleted
 MAX_REQUESTS = 300  # a runaway loop in the code under test fails instead of spinning
-
-
-def merge(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """JSON merge patch (RFC 7386); strategic merge behaves the same for these documents."""
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, dict) and isinstance(target.get(key), dict):
-            merge(target[key], value)
-        else:
-            target[key] = value
-    return target
 
 
 @dataclass
@@ -73,7 +71,7 @@ class FakeKube:
     crds_installed: bool = True
     # (method, plural) -> (status, reason, message): answer with this error instead.
     fail: dict[tuple[str, str], tuple[int, str, str]] = field(default_factory=dict)
-    # Phases a PaddleJob GET reports, one per read (the last one sticks).
+    # Phases a watch on a PaddleJob reports, one event each (ADDED, then MODIFIED).
     phases: list[str] = field(default_factory=list)
     logs: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -85,12 +83,45 @@ class FakeKube:
     def get(self, plural: str, name: str) -> dict[str, Any]:
         return self.objects[(plural, name)]
 
+    def served(self, group_version: str) -> bool:
+        return self.crds_installed or not group_version.startswith(CRD_GROUPS)
+
 
 def status_body(code: int, reason: str, message: str, name: str = "", plural: str = ""
                 ) -> dict[str, Any]:
     details = {"name": name, "kind": plural} if name else {}
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": message, "reason": reason, "details": details, "code": code}
+
+
+def discovery(fake: FakeKube, path: str) -> dict[str, Any] | None:
+    """The discovery documents, or None when `path` is not one."""
+    if path == "/version":
+        return {"major": "1", "minor": "30", "gitVersion": "v1.30.0"}
+    if path == "/api":
+        return {"kind": "APIVersions", "versions": ["v1"]}
+    if path == "/apis":
+        groups: dict[str, list[str]] = {}
+        for gv in SERVED:
+            if "/" in gv and fake.served(gv):
+                group, version = gv.split("/")
+                groups.setdefault(group, []).append(version)
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+            {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+             "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}}
+            for g, vs in groups.items()]}
+    gv = path.removeprefix("/api/").removeprefix("/apis/")
+    if gv in SERVED and fake.served(gv) and path != f"/{gv}":
+        resources = [{"name": plural, "singularName": kind.lower(), "namespaced": namespaced,
+                      "kind": kind, "verbs": ["create", "delete", "get", "list", "patch",
+                                              "update", "watch"]}
+                     for plural, kind, namespaced in SERVED[gv]]
+        if gv == "v1":
+            resources.append({"name": "pods/log", "singularName": "", "namespaced": True,
+                              "kind": "Pod", "verbs": ["get"]})
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
+                "resources": resources}
+    return None
 
 
 def make_handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
@@ -112,71 +143,148 @@ def make_handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
             url = urlsplit(self.path)
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length).decode() if length else ""
+            query = parse_qs(url.query)
             with fake.lock:
-                fake.requests.append(Request(self.command, url.path, parse_qs(url.query),
+                fake.requests.append(Request(self.command, url.path, query,
                                              self.headers.get("Content-Type", ""), raw))
                 if len(fake.requests) > MAX_REQUESTS:
                     return self.send(500, status_body(500, "TooMany", "request budget spent"))
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     return self.send(401, status_body(401, "Unauthorized", "Unauthorized"))
-                match = next((m for r in ROUTES if (m := r.match(url.path))), None)
+                found = discovery(fake, url.path) if self.command == "GET" else None
+                if found is not None:
+                    return self.send(200, found)
+                match = OBJECT.match(url.path)
                 if match is None:
                     return self.send(404, "404 page not found", "text/plain")
-                return self.route(match.groupdict(), raw, parse_qs(url.query))
+                events = self.route(match.groupdict(), raw, query)
+            if events is not None:  # a watch: streamed outside the lock
+                self.stream(events, query)
+            return None
 
         def route(self, m: dict[str, str | None], raw: str, query: dict[str, list[str]]
-                  ) -> None:
+                  ) -> list[dict[str, Any]] | None:
+            gv = m["core"] or str(m["gv"])
             plural, name, ns = str(m["plural"]), m.get("name"), m.get("ns")
-            if plural in CUSTOM and not fake.crds_installed:
-                return self.send(404, "404 page not found", "text/plain")
+            served = {p: namespaced for p, _, namespaced in SERVED.get(gv, [])}
+            if not fake.served(gv) or plural not in served or served[plural] != (ns is not None):
+                self.send(404, "404 page not found", "text/plain")
+                return None
             if (self.command, plural) in fake.fail:
                 code, reason, message = fake.fail[(self.command, plural)]
-                return self.send(code, status_body(code, reason, message))
+                self.send(code, status_body(code, reason, message))
+                return None
             if ns is not None and ns not in fake.namespaces:
-                return self.send(404, status_body(404, "NotFound", f'namespaces "{ns}" not found',
-                                                  ns, "namespaces"))
+                self.send(404, status_body(404, "NotFound", f'namespaces "{ns}" not found',
+                                           ns, "namespaces"))
+                return None
             if m.get("log"):
-                if (plural, name) != ("pods", name) or name not in fake.logs:
-                    return self.send(404, status_body(404, "NotFound", f'pods "{name}" not '
-                                                      "found", str(name), "pods"))
-                lines = fake.logs[name].splitlines(keepends=True)
+                if name not in fake.logs:
+                    self.send(404, status_body(404, "NotFound", f'pods "{name}" not found',
+                                               str(name), "pods"))
+                    return None
+                lines = fake.logs[str(name)].splitlines(keepends=True)
                 if "tailLines" in query:
                     lines = lines[-int(query["tailLines"][0]):]
-                return self.send(200, "".join(lines), "text/plain")
+                self.send(200, "".join(lines), "text/plain")
+                return None
+            if self.command == "GET" and name is None and query.get("watch") == ["true"]:
+                return self.watch_events(plural, query)
+            if self.command == "PATCH" and name is not None:
+                self.apply(plural, name, ns, raw, query)
+                return None
             key = (plural, name or "")
-            if self.command == "POST" and name is None:
-                doc = json.loads(raw)
-                key = (plural, doc["metadata"]["name"])
-                if key in fake.objects:
-                    return self.send(409, status_body(
-                        409, "AlreadyExists", f'{plural} "{key[1]}" already exists', key[1],
-                        plural))
-                fake.counter += 1
-                doc["metadata"].update(uid=f"uid-{fake.counter}", resourceVersion=str(
-                    fake.counter), creationTimestamp="2025-01-01T00:00:00Z")
-                fake.objects[key] = doc
-                return self.send(201, doc)
+            if self.command not in ("GET", "DELETE") or name is None:
+                self.send(405, status_body(405, "MethodNotAllowed", self.command))
+                return None
             if key not in fake.objects:
-                return self.send(404, status_body(404, "NotFound", f'{plural} "{name}" not '
-                                                  "found", str(name), plural))
+                self.send(404, status_body(404, "NotFound", f'{plural} "{name}" not found',
+                                           str(name), plural))
+                return None
             obj = fake.objects[key]
-            if self.command == "GET":
-                if plural == "paddlejobs" and fake.phases:
-                    phase = fake.phases.pop(0) if len(fake.phases) > 1 else fake.phases[0]
-                    obj.setdefault("status", {})["phase"] = phase
-                return self.send(200, obj)
-            if self.command == "PATCH":
-                merge(obj, json.loads(raw))
-                fake.counter += 1
-                obj["metadata"]["resourceVersion"] = str(fake.counter)
-                return self.send(200, obj)
             if self.command == "DELETE":
                 del fake.objects[key]
                 if plural in ("configmaps", "secrets"):
-                    return self.send(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                           "status": "Success", "details": {"name": name}})
-                return self.send(200, obj)  # like the API server: the object, now deleting
-            return self.send(405, status_body(405, "MethodNotAllowed", self.command))
+                    self.send(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                    "status": "Success", "details": {"name": name}})
+                else:
+                    self.send(200, obj)  # like the API server: the object, now deleting
+                return None
+            self.send(200, obj)
+            return None
+
+        def apply(self, plural: str, name: str, ns: str | None, raw: str,
+                  query: dict[str, list[str]]) -> None:
+            """Server-side apply with a single manager: the applied document replaces what
+            that manager set; an unchanged document changes nothing (same resourceVersion)."""
+            if self.headers.get("Content-Type") != APPLY:
+                self.send(415, status_body(415, "UnsupportedMediaType", "only apply here"))
+                return
+            manager = (query.get("fieldManager") or [""])[0]
+            if not manager:
+                self.send(400, status_body(400, "BadRequest", "fieldManager is required for "
+                                           "apply requests"))
+                return
+            doc = yaml.safe_load(raw)
+            meta = doc.get("metadata") or {}
+            if meta.get("name") != name or meta.get("namespace") != ns:
+                self.send(400, status_body(400, "BadRequest", "name/namespace mismatch"))
+                return
+            key = (plural, name)
+            old = fake.objects.get(key)
+            if old is not None:
+                def content(obj: dict[str, Any]) -> Any:
+                    kept = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+                    return kept, obj["metadata"].get("labels"), obj["metadata"].get(
+                        "annotations")
+
+                if content(old) == content(doc):
+                    self.send(200, old)
+                    return
+                doc["metadata"] = {**old["metadata"], **meta}
+                if "status" in old:
+                    doc["status"] = old["status"]
+            fake.counter += 1
+            doc["metadata"].update(resourceVersion=str(fake.counter), managedFields=[
+                {"manager": manager, "operation": "Apply"}])
+            if old is None:
+                doc["metadata"].update(uid=f"uid-{fake.counter}",
+                                       creationTimestamp="2025-01-01T00:00:00Z")
+            fake.objects[key] = doc
+            self.send(201 if old is None else 200, doc)
+
+        def watch_events(self, plural: str, query: dict[str, list[str]]
+                         ) -> list[dict[str, Any]]:
+            selector = (query.get("fieldSelector") or [""])[0]
+            name = selector.removeprefix("metadata.name=")
+            obj = fake.objects.get((plural, name))
+            if obj is None:
+                return []
+            events = []
+            for i, phase in enumerate(fake.phases or [(obj.get("status") or {}).get(
+                    "phase", "")]):
+                if phase == DELETED:
+                    events.append({"type": "DELETED", "object": copy.deepcopy(obj)})
+                    break
+                obj.setdefault("status", {})["phase"] = phase
+                events.append({"type": "MODIFIED" if i else "ADDED",
+                               "object": copy.deepcopy(obj)})
+            return events
+
+        def stream(self, events: list[dict[str, Any]], query: dict[str, list[str]]) -> None:
+            """Newline-delimited JSON events on a close-delimited body; a job not finished
+            keeps the stream open until timeoutSeconds, as the API server does."""
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            for event in events:
+                self.wfile.write(json.dumps(event).encode() + b"\n")
+                self.wfile.flush()
+            last = events[-1] if events else None
+            if last and last["type"] != "DELETED" and last["object"]["status"]["phase"] \
+                    not in FINAL:
+                time.sleep(min(float((query.get("timeoutSeconds") or ["1"])[0]), 5))
+            self.close_connection = True
 
         do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = handle_any
 
@@ -200,6 +308,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeKube]:
         "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester"}}],
     }))
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the discovery cache
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY",
                 "all_proxy"):
         monkeypatch.delenv(var, raising=False)
@@ -232,36 +341,54 @@ EXPECTED = ["configmaps/wide-deep-synth-config", "paddlejobs/wide-deep-synth",
             "samplesets/criteo-cache", "secrets/wide-deep-synth-juicefs"]
 
 
-def test_submit_creates_everything_in_dependency_order(fake: FakeKube,
-                                                       capsys: pytest.CaptureFixture) -> None:
+def applies(fake: FakeKube) -> list[Request]:
+    return [r for r in fake.requests if r.method == "PATCH"]
+
+
+def versions(fake: FakeKube) -> dict[str, str]:
+    return {f"{p}/{n}": o["metadata"]["resourceVersion"] for (p, n), o in fake.objects.items()}
+
+
+def test_submit_applies_everything_server_side_in_dependency_order(
+        fake: FakeKube, capsys: pytest.CaptureFixture) -> None:
     assert recrun("submit", *PS, *SAMPLESET) == 0
     assert fake.kinds() == EXPECTED
-    posts = [r.path.rsplit("/", 1)[-1] for r in fake.requests if r.method == "POST"]
-    assert posts == ["secrets", "persistentvolumes", "persistentvolumeclaims", "configmaps",
-                     "samplesets", "samplejobs", "paddlejobs"]
+    assert [r.method for r in fake.requests if r.method != "GET"] == ["PATCH"] * 7
+    assert [r.path.rsplit("/", 2)[-2] for r in applies(fake)] == [
+        "secrets", "persistentvolumes", "persistentvolumeclaims", "configmaps", "samplesets",
+        "samplejobs", "paddlejobs"]
+    for req in applies(fake):
+        assert req.content_type == "application/apply-patch+yaml"
+        assert req.query["fieldManager"] == ["recrunner"] and req.query["force"] == ["true"]
     job = fake.get("paddlejobs", "wide-deep-synth")
     assert job["spec"]["ps"]["replicas"] == 1 and job["spec"]["worker"]["replicas"] == 2
     assert job["metadata"]["namespace"] == "ctr"
+    assert job["metadata"]["managedFields"] == [{"manager": "recrunner", "operation": "Apply"}]
+    assert "/apis/batch.paddlepaddle.org/v1" in {r.path for r in fake.requests}  # discovery
     out = capsys.readouterr().out
     assert "paddlejob/wide-deep-synth created" in out and "secret/wide-deep-synth-juicefs created" \
         in out
 
 
-def test_resubmit_patches_instead_of_duplicating(fake: FakeKube,
-                                                 capsys: pytest.CaptureFixture) -> None:
+def test_reapply_is_idempotent_and_updates_what_changed(
+        fake: FakeKube, capsys: pytest.CaptureFixture) -> None:
     assert recrun("submit", *PS) == 0
+    before = versions(fake)
     fake.requests.clear()
+    assert recrun("submit", *PS) == 0
+    assert versions(fake) == before  # the same document applied again changes nothing
+    assert len(applies(fake)) == 5
+    # Discovery was cached by the first command: no /apis or /version round trips now.
+    assert not any(r.path in ("/version", "/apis", "/api/v1") for r in fake.requests)
+    assert "paddlejob/wide-deep-synth serverside-applied" in capsys.readouterr().out
     assert recrun("submit", "mode.name=ps", "mode.servers=2", "mode.trainers=4") == 0
     assert len(fake.objects) == 5  # same objects, no copies
-    patches = [r for r in fake.requests if r.method == "PATCH"]
-    assert len(patches) == 5
-    for req in patches:  # object patches, never a JSON Patch list or a full replace
-        assert req.content_type in ("application/merge-patch+json",
-                                    "application/strategic-merge-patch+json")
+    after = versions(fake)
+    changed = sorted(k for k in after if after[k] != before[k])
+    assert changed == ["configmaps/wide-deep-synth-config", "paddlejobs/wide-deep-synth"]
     job = fake.get("paddlejobs", "wide-deep-synth")
     assert job["spec"]["ps"]["replicas"] == 2 and job["spec"]["worker"]["replicas"] == 4
     assert "trainers: 4" in fake.get("configmaps", "wide-deep-synth-config")["data"]["config.yaml"]
-    assert "paddlejob/wide-deep-synth configured" in capsys.readouterr().out
 
 
 def test_credentials_reach_only_the_secret(fake: FakeKube, capsys: pytest.CaptureFixture) -> None:
@@ -306,21 +433,34 @@ def test_output_dir_contacts_no_server(fake: FakeKube, tmp_path: Path) -> None:
     (["Pending", "Running", "Running", "Completed"], 0),
     (["Pending", "Running", "Failed"], 1),
 ])
-def test_wait_follows_the_job_to_its_final_phase(fake: FakeKube, capsys: pytest.CaptureFixture,
-                                                 phases: list[str], code: int) -> None:
+def test_wait_ends_on_the_watch_event_with_the_final_phase(
+        fake: FakeKube, capsys: pytest.CaptureFixture, phases: list[str], code: int) -> None:
     fake.phases = list(phases)
     assert recrun("submit", "--wait") == code
     out = capsys.readouterr().out
-    assert out.count("paddlejob/wide-deep-synth Running") == 1  # transitions, not every poll
+    assert out.count("paddlejob/wide-deep-synth Running") == 1  # transitions, not every event
     assert f"paddlejob/wide-deep-synth {phases[-1]}" in out
-    gets = [r for r in fake.requests if r.method == "GET" and "paddlejobs" in r.path]
-    assert len(gets) == 1 + len(phases)  # submit's check for a finished job, then one per poll
+    (watch,) = [r for r in fake.requests if r.query.get("watch")]
+    assert watch.path == "/apis/batch.paddlepaddle.org/v1/namespaces/ctr/paddlejobs"
+    assert watch.query["fieldSelector"] == ["metadata.name=wide-deep-synth"]
+    reads = [r for r in fake.requests if r.path.endswith("/paddlejobs/wide-deep-synth")
+             and r.method == "GET"]
+    assert len(reads) == 1  # submit's check for a finished job; no polling
 
 
 def test_wait_gives_up_after_the_timeout(fake: FakeKube, capsys: pytest.CaptureFixture) -> None:
     fake.phases = ["Running"]
     assert recrun("submit", "--wait", "cluster.wait_timeout_s=0.05") == 2
     assert "still Running after 0.05 s" in capsys.readouterr().err
+    (watch,) = [r for r in fake.requests if r.query.get("watch")]
+    assert watch.query["timeoutSeconds"] == ["1"]  # whole seconds, at least one
+
+
+def test_wait_reports_a_job_deleted_meanwhile(fake: FakeKube,
+                                              capsys: pytest.CaptureFixture) -> None:
+    fake.phases = ["Running", DELETED]
+    assert recrun("submit", "--wait") == 2
+    assert "disappeared from namespace ctr while waiting" in one_error_line(capsys)
 
 
 def test_finished_job_is_not_resubmitted(fake: FakeKube, capsys: pytest.CaptureFixture) -> None:
@@ -422,23 +562,26 @@ def test_401_bad_credentials(fake: FakeKube, capsys: pytest.CaptureFixture, tmp_
     kubeconfig.write_text(kubeconfig.read_text().replace(TOKEN, "expired"))
     assert recrun("status") == 2
     line = one_error_line(capsys)
-    assert "401" in line and "rejected your credentials" in line
+    assert "cannot read paddlejob/wide-deep-synth" in line  # discovery failed, for that read
+    assert "401" in line and "rejected your credentials" in line and TOKEN not in line
 
 
 def test_403_points_at_the_rbac(fake: FakeKube, capsys: pytest.CaptureFixture) -> None:
-    fake.fail[("POST", "configmaps")] = (403, "Forbidden", 'configmaps is forbidden: User '
-                                         '"dev" cannot create resource "configmaps"')
+    fake.fail[("PATCH", "configmaps")] = (403, "Forbidden", 'configmaps is forbidden: User '
+                                          '"dev" cannot patch resource "configmaps"')
     assert recrun("submit") == 2
     line = one_error_line(capsys)
-    assert "cannot create configmap/wide-deep-synth-config in namespace ctr: 403" in line
-    assert 'User "dev" cannot create' in line and "k8s/rbac.yaml" in line
+    assert "cannot apply configmap/wide-deep-synth-config in namespace ctr: 403" in line
+    assert 'User "dev" cannot patch' in line and "k8s/rbac.yaml" in line
 
 
 def test_404_missing_crds_and_namespace(fake: FakeKube, capsys: pytest.CaptureFixture) -> None:
     fake.crds_installed = False
     assert recrun("submit") == 2
     line = one_error_line(capsys)
-    assert "install the Paddle Operator CRDs" in line
+    assert line.endswith("cannot read paddlejob/wide-deep-synth: the cluster does not serve "
+                         "PaddleJob (batch.paddlepaddle.org/v1): install the Paddle Operator "
+                         "CRDs (see k8s/README.md)")
     assert fake.objects == {}  # stopped at the first call: the finished-job check
     fake.crds_installed = True
     fake.namespaces.discard("ctr")
@@ -462,7 +605,7 @@ def test_409_and_422(fake: FakeKube, capsys: pytest.CaptureFixture) -> None:
 
 def test_server_error_messages_never_echo_credentials(fake: FakeKube,
                                                       capsys: pytest.CaptureFixture) -> None:
-    fake.fail[("POST", "secrets")] = (422, "Invalid", f"bad metaurl {METAURL}")
+    fake.fail[("PATCH", "secrets")] = (422, "Invalid", f"bad metaurl {METAURL}")
     assert recrun("submit") == 2
     line = one_error_line(capsys)
     assert METAURL not in line and "bad metaurl <redacted>" in line
@@ -473,7 +616,9 @@ def test_unreachable_server(fake: FakeKube, capsys: pytest.CaptureFixture) -> No
     text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:9", kubeconfig.read_text())  # discard port
     kubeconfig.write_text(text)
     assert recrun("status") == 2
-    assert "cannot reach the Kubernetes API at http://127.0.0.1:9" in one_error_line(capsys)
+    line = one_error_line(capsys)
+    assert "cannot reach the Kubernetes API at http://127.0.0.1:9 to read " \
+        "paddlejob/wide-deep-synth" in line
 
 
 def test_no_kubeconfig(fake: FakeKube, capsys: pytest.CaptureFixture, tmp_path: Path,
@@ -485,14 +630,15 @@ def test_no_kubeconfig(fake: FakeKube, capsys: pytest.CaptureFixture, tmp_path: 
 
 
 
-def test_paddleservice_is_created_then_patched(fake: FakeKube) -> None:
+def test_paddleservice_is_applied_twice_without_a_copy(fake: FakeKube) -> None:
     from recrunner.config.compose import load
     from recrunner.serving.k8s import apply, render_service
 
     cfg = load([*BASE, "serving.k8s.image=registry.example.com/recrunner:0.1"])
     assert apply(cfg, render_service(cfg)) == "created"
     cfg = load([*BASE, "serving.k8s.image=registry.example.com/recrunner:0.2"])
-    assert apply(cfg, render_service(cfg)) == "configured"
+    assert apply(cfg, render_service(cfg)) == "serverside-applied"
     (service,) = [o for (plural, _), o in fake.objects.items() if plural == "paddleservices"]
     assert service["spec"]["default"]["tag"] == "0.2"
-    assert [r.method for r in fake.requests if r.method != "GET"] == ["POST", "POST", "PATCH"]
+    assert [r.method for r in fake.requests if r.method != "GET"] == ["PATCH", "PATCH"]
+    assert all(r.query["fieldManager"] == ["recrunner"] for r in applies(fake))
