@@ -394,4 +394,5 @@ def test_rbac_manifests_pass_the_official_schemas() -> None:
                             ("batch.paddlepaddle.org", "samplejobs")]:
         assert {"get", "create", "patch", "delete"} <= rules[(group, resource)]
     assert "get" in rules[("", "pods/log")]
+    assert "watch" in rules[("batch.paddlepaddle.org", "paddlejobs")]  # submit --wait
     assert {"get", "create", "patch", "delete"} <= set(docs[3]["rules"][0]["verbs"])
