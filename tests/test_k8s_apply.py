@@ -584,6 +584,14 @@ def test_404_missing_crds_and_namespace(fake: FakeKube, capsys: pytest.CaptureFi
                          "CRDs (see k8s/README.md)")
     assert fake.objects == {}  # stopped at the first call: the finished-job check
     fake.crds_installed = True
+    assert recrun("submit") == 0  # discovery now cached with the Paddle kinds in it
+    capsys.readouterr()
+    fake.crds_installed = False  # the CRDs removed after that: a plain 404 for the kind
+    assert recrun("status") == 2
+    line = one_error_line(capsys)
+    assert "cannot read paddlejob/wide-deep-synth in namespace ctr: 404" in line
+    assert "install the Paddle Operator CRDs" in line
+    fake.crds_installed = True
     fake.namespaces.discard("ctr")
     assert recrun("submit") == 2
     line = one_error_line(capsys)
