@@ -215,11 +215,6 @@ class Kube:
 
     # --- PaddleJob -------------------------------------------------------------------------
 
-    def _timed_out(self, ref: Ref, phase: str, timeout_s: float) -> RecrunnerError:
-        return RecrunnerError(f"{ref} still {phase} after {timeout_s:g} s "
-                              "(cluster.wait_timeout_s); it keeps running: check it with "
-                              "`recrun status`")
-
     def wait(self, ref: Ref, timeout_s: float | None,
              echo: Callable[[str], None] = print) -> int:
         """Follow the PaddleJob's phase on a watch stream until it is final: 0 Completed,
@@ -231,7 +226,9 @@ class Kube:
         while True:
             left = WATCH_CONNECTION_S if deadline is None else deadline - time.monotonic()
             if left <= 0 and timeout_s is not None:
-                raise self._timed_out(ref, last or "Pending", timeout_s)
+                raise RecrunnerError(f"{ref} still {last or 'Pending'} after {timeout_s:g} s "
+                                     "(cluster.wait_timeout_s); it keeps running: check it "
+                                     "with `recrun status`")
             # A watch without resourceVersion opens with the job's current state (ADDED), so
             # every reconnect (server timeout, expired version) starts from the truth.
             present = False
