@@ -29,7 +29,7 @@ AGREE = 1e-5  # engines and checkpoints against the trained network
 # Distributed runs against mode=local, same data and epochs. The promise is 0.01; the
 # parameter server still trails (its table Adam bias-corrects per row, which Paddle 3.0 cannot
 # change; docs/distributed.md measures it): these bounds catch a regression, not the goal.
-AUC_GAP = {"collective": 0.01, "ps-async": 0.05, "ps-geo": 0.03}
+AUC_GAP = {"collective": 0.01, "ps-async": 0.1, "ps-geo": 0.03}
 TRAIN = [*SMALL_MODEL, "runner.epochs=1", "mode.timeout_s=120"]
 
 

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 SCHEMAS = ["avazu", "tags_example"]
 TINY = ["model.sparse_feature_number=5003", "model.sparse_feature_dim=8", "model.fc_sizes=[32]",
         "runner.progress=false", "runner.batch_size=256", "runner.epochs=1",
-        "runner.learning_rate=0.005"]
+        "runner.learning_rate=0.02"]
 
 
 @pytest.fixture(scope="module")
