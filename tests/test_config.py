@@ -147,3 +147,14 @@ def test_hydras_own_flags_pass_through(flags: list[str], expected: str) -> None:
     proc = recrun("train", *flags)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert expected in proc.stdout
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["logger.visualdl.logdir=x"], "logger.visualdl is not chosen: add logger=visualdl"),
+    (["dataset.schema.label="], "dataset.schema.label must name the label column"),
+    (["runner.export=worst"], "expected one of [best, last]"),
+])
+def test_keys_added_this_round_refuse_wrong_values(overrides: list[str], message: str) -> None:
+    with pytest.raises(RecrunnerError) as err:
+        load(overrides)
+    assert message in str(err.value) and "\n" not in str(err.value)

@@ -47,7 +47,20 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
         with hydra_context():
             return compose("config", overrides=list(overrides))
     except Exception as exc:  # Hydra raises several unrelated types for bad overrides
-        raise RecrunnerError(f"config error: {one_line(exc)}{group_choices(exc)}") from exc
+        raise RecrunnerError(f"config error: {one_line(exc)}{group_choices(exc)}"
+                             f"{unchosen_section(exc, overrides)}") from exc
+
+
+def unchosen_section(exc: Exception, overrides: Sequence[str]) -> str:
+    """Hydra's message for a key of a section left empty until its group option is chosen
+    (`logger.visualdl.x=1` without `logger=visualdl`) names no key: say which."""
+    if "NoneType" not in str(exc):
+        return ""
+    for item in overrides:
+        parts = item.lstrip("+~").split("=", 1)[0].split(".")
+        if len(parts) > 2 and parts[0] == "logger":
+            return f" ({'.'.join(parts[:2])} is not chosen: add logger={parts[1]})"
+    return ""
 
 
 def group_choices(exc: Exception) -> str:

@@ -32,6 +32,12 @@ HEADER_CHOICES = ("true", "false", "auto")
 def validate_config(cfg: SchemaConfig) -> None:
     """Reject what the dataclass types cannot: one line naming the key (runs at config load)."""
     key = "dataset.schema"
+    if not cfg.label.strip():
+        raise ValueError(f"{key}.label must name the label column")
+    for kind, features in (("dense", cfg.dense), ("sparse", cfg.sparse)):
+        for i, f in enumerate(features):
+            if not f.name.strip():
+                raise ValueError(f"{key}.{kind}[{i}].name must not be empty")
     dense_names = [f.name for f in cfg.dense]
     names = dense_names + [f.name for f in cfg.sparse]
     dup = next((n for n in names if names.count(n) > 1), None)
