@@ -13,7 +13,7 @@ import numpy as np
 
 from recrunner.data.errors import DataError, RowErrors
 from recrunner.data.formats import BlockInvalid, RowFormat, object_format, object_lines, row_format
-from recrunner.data.reader import parse_block
+from recrunner.data.reader import BOM, parse_block
 from recrunner.data.schema import Schema
 from recrunner.export import DENSE_INPUT, OUTPUT, SPARSE_INPUT
 
@@ -319,7 +319,7 @@ class RawRows:
 def prepare_raw(model: Model, body: bytes, is_json: bool) -> RawRows:
     """Rows of /predict in the export's format, with its header and delimiter handled as
     `recrun predict` handles a file's first block."""
-    block, objects = raw_block(model, body, is_json)
+    block, objects = raw_block(model, body.removeprefix(BOM), is_json)
     fmt, first = model.object_format, 1
     if not objects:
         head, _, rest = block.partition(b"\n")
