@@ -179,6 +179,8 @@ class DelimitedFormat:
                 block.decode()
             except UnicodeDecodeError as exc:
                 raise BlockInvalid("not UTF-8") from exc
+        if not lines:  # blank lines only (the reshapes below cannot infer a width of 0 rows)
+            return Batch.empty(self.schema.num_dense, self.schema.sparse_width)
         rows = [ln.split(sep) for ln in lines]
         if any(len(r) != len(self.names) for r in rows):
             raise BlockInvalid("column count")
