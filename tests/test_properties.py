@@ -43,7 +43,7 @@ SLOT = Schema.from_config(load_schema_config("criteo"), COMMON, "slot", "none")
 ND = CRITEO.num_dense
 NS = len(CRITEO.fields)
 # Bounded and reproducible: the same examples on every run (CI included), no example database.
-PROPS = settings(max_examples=20, deadline=timedelta(seconds=5), derandomize=True,
+PROPS = settings(max_examples=20, deadline=timedelta(seconds=30), derandomize=True,
                  database=None, suppress_health_check=[HealthCheck.too_slow,
                                                        HealthCheck.data_too_large])
 FEW = settings(PROPS, max_examples=12)
@@ -92,9 +92,9 @@ def read_file(schema: Schema, path: Path, labeled: bool = True, policy: str = "f
 # very long values included). `,` is excluded so one value set serves TSV and CSV.
 FORBIDDEN = "\t,\n\r"
 cat_value = st.one_of(
-    st.text(st.characters(blacklist_characters=FORBIDDEN, blacklist_categories=("Cs",)),
+    st.text(st.characters(blacklist_characters=FORBIDDEN, blacklist_categories=["Cs"]),
              max_size=12),
-    st.sampled_from(['"', '""', '"a b"', "\x00", "'", "\ufeff", "x" * 1000, "é"]),
+    st.sampled_from(['"', '""', '"a b"', "\x00", "'", "\ufeff", "x" * 300, "é"]),
 )
 dense_value = st.one_of(
     st.just(""),
@@ -103,6 +103,7 @@ dense_value = st.one_of(
     st.sampled_from(["1.", ".5", "+3", "1e5", "-0", "007", "3E2"]),
 )
 label_value = st.sampled_from(["0", "1"])
+nonempty_dense = st.integers(-10, 10**6).map(str) | st.sampled_from(["1.", ".5", "+3", "1e5"])
 
 
 @st.composite
@@ -254,7 +255,7 @@ def test_gzip_cut_short_names_the_file(tmp_path: Path) -> None:
 
 # --- raw rows: a multi-valued schema (tags_example) ------------------------------------------
 
-token = st.text(st.characters(blacklist_characters=FORBIDDEN + "|", blacklist_categories=("Cs",)),
+token = st.text(st.characters(blacklist_characters=FORBIDDEN + "|", blacklist_categories=["Cs"]),
                 min_size=1, max_size=6)
 
 
@@ -300,7 +301,7 @@ def test_tags_rows_parse_alike_and_skip_exactly_the_bad(tmp_path_factory: pytest
 def slot_line(draw: st.DrawFn) -> tuple[bool, str]:
     """(valid, line)."""
     tokens = [f"click:{draw(label_value)}"]
-    tokens += [f"dense_feature:{draw(dense_value.filter(bool))}" for _ in range(ND)]
+    tokens += [f"dense_feature:{draw(nonempty_dense)}" for _ in range(ND)]
     tokens += [f"{i}:{draw(st.integers(0, COMMON - 1))}" for i in range(1, NS + 1)]
     bad = draw(st.sampled_from(["", "", "range", "digit", "key", "tab", "trailing", "inf",
                                 "count", "colon"]))
@@ -308,7 +309,7 @@ def slot_line(draw: st.DrawFn) -> tuple[bool, str]:
     if bad == "range":
         tokens[j] = f"{j - ND}:{COMMON + draw(st.integers(0, 10**20))}"
     elif bad == "digit":
-        tokens[j] = f"{j - ND}:{draw(st.sampled_from(['²', '٣', '-1', '1.5', '']))}"
+        tokens[j] = f"{j - ND}:{draw(st.sampled_from(['²', '٣', '-1', '1.5', '', '+5']))}"
     elif bad == "key":
         tokens[j] = f"x{tokens[j]}"
     elif bad == "inf":
@@ -419,7 +420,7 @@ def test_inference_requests_raise_only_bad_request(body: bytes) -> None:
         assert req.dense.dtype == np.float32 and req.sparse.dtype == np.int64
         assert req.dense.shape == (len(req.sparse), ND) and req.sparse.shape[1] == NS
         assert np.isfinite(req.dense).all()
-        assert 0 <= req.sparse.min() and req.sparse.max() < MODEL.num_buckets
+        assert req.sparse.min() >= 0 and req.sparse.max() < MODEL.num_buckets
 
 
 @PROPS

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from recrunner.data import formats  # noqa: E402
-from recrunner.data.errors import DataError, RowErrors  # noqa: E402
+from recrunner.data.errors import RowErrors  # noqa: E402
 from recrunner.data.reader import iter_file  # noqa: E402
 from recrunner.data.schema import Schema, load_schema_config  # noqa: E402
 from recrunner.errors import RecrunnerError  # noqa: E402
@@ -70,7 +70,7 @@ def check_file(schema: Schema, data: bytes, labeled: bool, block_bytes: int,
     with fsspec.open(path, "wb") as f:
         f.write(data)
     try:
-        results = []
+        results: list[tuple[np.ndarray, np.ndarray, np.ndarray, int] | None] = []
         for small in (True, False):
             try:
                 results.append(read(schema, path, labeled, "skip", block_bytes, small))
@@ -90,7 +90,7 @@ def check_file(schema: Schema, data: bytes, labeled: bool, block_bytes: int,
             for x, y in zip(a, b, strict=True):
                 np.testing.assert_array_equal(x, y)
             if not suffix:  # every non-blank line (a header aside) is a row or an error
-                lines = [ln for ln in data.split(b"\n") if ln.strip()]
+                lines = [ln for ln in data.split(b"\n") if ln.strip(formats.BLANK)]
                 rows, bad = len(a[0]), a[3]
                 if rows + bad not in (len(lines), len(lines) - 1):
                     raise AssertionError(f"{len(lines)} lines but {rows} rows + {bad} errors")

@@ -16,11 +16,11 @@ import numpy as np
 from recrunner.config.dataset import DatasetConfig
 from recrunner.data.batch import Batch
 from recrunner.data.errors import BlockInvalid, DataError, RowErrors
-from recrunner.data.formats import RowFormat, row_format
+from recrunner.data.formats import BLANK, RowFormat, row_format
 from recrunner.data.schema import Schema
 
 log = logging.getLogger(__name__)
-ASCII_SPACE = " \t\n\r\x0b\x0c"
+BLANK_TEXT = BLANK.decode()
 BOM = b"\xef\xbb\xbf"
 
 
@@ -62,7 +62,7 @@ def read_blocks(path: str, block_bytes: int) -> Iterator[tuple[int, bytes]]:
             block, rest = data[:cut], data[cut:]
             yield line, block
             line += block.count(b"\n")
-    if rest.strip():
+    if rest.strip(BLANK):
         yield line, rest + b"\n"
 
 
@@ -76,7 +76,7 @@ def parse_block(fmt: RowFormat, block: bytes, path: str, first_line: int,
     lines = block.decode("utf-8", "replace").split("\n")
     good = []
     for i, text in enumerate(lines):
-        if not text.strip(ASCII_SPACE):  # blank as the fast paths see it (bytes.strip)
+        if not text.strip(BLANK_TEXT):  # blank as the fast paths see it (formats.BLANK)
             continue
         reason = fmt.check_line(text.rstrip("\r"))
         if reason is None:

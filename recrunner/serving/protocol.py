@@ -12,7 +12,14 @@ from typing import Any, cast
 import numpy as np
 
 from recrunner.data.errors import DataError, RowErrors
-from recrunner.data.formats import BlockInvalid, RowFormat, object_format, object_lines, row_format
+from recrunner.data.formats import (
+    BLANK,
+    BlockInvalid,
+    RowFormat,
+    object_format,
+    object_lines,
+    row_format,
+)
 from recrunner.data.reader import BOM, parse_block
 from recrunner.data.schema import Schema
 from recrunner.export import DENSE_INPUT, OUTPUT, SPARSE_INPUT
@@ -330,7 +337,7 @@ def prepare_raw(model: Model, body: bytes, is_json: bool) -> RawRows:
         if skip:  # a header line, as files may have
             block, first = rest, 2
     lines = [ln.rstrip(b"\r") for ln in block.split(b"\n")]
-    lines = [ln for ln in lines if ln.strip()]
+    lines = [ln for ln in lines if ln.strip(BLANK)]
     if not lines:
         raise BadRequest("no rows in the request")
     if not block.endswith(b"\n"):
