@@ -310,7 +310,9 @@ class SlotFormat:
             if int(self.labeled) <= i < first_sparse:
                 if not NUMBER.match(value):
                     return f"{key} ({self.feature[i]}) is not a number: {value!r}"
-                if not np.isfinite(np.float32(value)):
+                with np.errstate(over="ignore"):  # the overflow is what is reported
+                    finite = np.isfinite(np.float32(value))
+                if not finite:
                     return f"{key} ({self.feature[i]}) is out of float32 range: {value!r}"
             if i >= first_sparse:
                 j = i - first_sparse
