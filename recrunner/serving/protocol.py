@@ -162,8 +162,8 @@ def parse_inference(model: Model, body: bytes) -> InferenceRequest:
         if not isinstance(t, dict):
             raise BadRequest(f"tensor[{i}] must be an object")
         # Clients send the feed's alias_name (serving_client_conf) and its name; accept either.
-        name = next((n for n in (t.get("alias_name"), t.get("name")) if n in model.feeds),
-                    None)
+        name = next((n for n in (t.get("alias_name"), t.get("name"))
+                     if isinstance(n, str) and n in model.feeds), None)  # a list: unhashable
         if name is None:
             given = t.get("alias_name") or t.get("name")
             raise BadRequest(f"tensor[{i}]: unknown feed var {given!r} (expected "
@@ -242,7 +242,8 @@ def _feed_rows(values: list[Any], name: str, width: int, integer: bool) -> np.nd
     parts = []
     for i, v in enumerate(values):
         a = _numbers(v if isinstance(v, list) else [v], f"feed[{i}].{name}", integer)
-        if a.ndim > 2 or a.size == 0 or a.size % width or (a.ndim == 2 and a.shape[1] != width):
+        if (a.ndim > 2 or a.size == 0 or not width  # width 0: only [] fits (the fast path)
+                or a.size % width or (a.ndim == 2 and a.shape[1] != width)):
             raise BadRequest(f"feed[{i}].{name}: needs {width} values per sample, got shape "
                              f"{list(a.shape)}")
         parts.append(a.reshape(-1, width))
