@@ -415,6 +415,7 @@ def only_bad_request(fn: Callable[[], Any]) -> Any:
 @given(body=inference_body() | st.binary(max_size=200)
        | json_value.map(lambda v: json.dumps(v).encode()))
 def test_inference_requests_raise_only_bad_request(body: bytes) -> None:
+    """(tests/fuzz_corpus/inference has a feed name that is a list: once a TypeError, a 500.)"""
     req = only_bad_request(lambda: protocol.parse_inference(MODEL, body))
     if req is not None:
         assert req.dense.dtype == np.float32 and req.sparse.dtype == np.int64
@@ -427,13 +428,15 @@ def test_inference_requests_raise_only_bad_request(body: bytes) -> None:
 @given(feed=st.lists(st.fixed_dictionaries({"dense": json_value | st.lists(
     st.floats(-10, 10), min_size=ND, max_size=ND), "sparse_ids": json_value | st.lists(
         st.integers(0, COMMON - 1), min_size=NS, max_size=NS)}), max_size=3) | json_value,
-    fetch=json_value | st.just(["prob"]))
-def test_prediction_requests_raise_only_bad_request(feed: Any, fetch: Any) -> None:
+    fetch=json_value | st.just(["prob"]), tags=st.booleans())
+def test_prediction_requests_raise_only_bad_request(feed: Any, fetch: Any, tags: bool) -> None:
     body = json.dumps({"feed": feed, "fetch": fetch}).encode()
-    req = only_bad_request(lambda: protocol.parse_prediction(MODEL, body))
+    model = TAGS_MODEL if tags else MODEL  # tags_example: no dense features (width 0)
+    req = only_bad_request(lambda: protocol.parse_prediction(model, body))
     if req is not None:
         assert req.dense.dtype == np.float32 and req.sparse.dtype == np.int64
-        assert req.dense.shape == (len(req.sparse), ND) and req.sparse.shape[1] == NS
+        assert req.dense.shape == (len(req.sparse), model.schema.num_dense)
+        assert req.sparse.shape[1] == model.schema.sparse_width
         assert np.isfinite(req.dense).all()
 
 
