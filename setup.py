@@ -58,8 +58,11 @@ setup(
     extras_require={
         "loggers": LOGGERS,
         "sweep": SWEEP,
+        # tools/fuzz.py: coverage-guided fuzzing of the parsers (by hand, not in CI).
+        "fuzz": ["atheris>=2.3"],
         "test": [
             "pytest>=8",
+            "hypothesis>=6.100",  # tests/test_properties.py
             "ruff>=0.5",
             "mypy>=1.10",
             "types-PyYAML",

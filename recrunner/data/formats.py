@@ -25,8 +25,14 @@ from recrunner.data.transform import derive_value, sparse_ids
 __all__ = ["BlockInvalid", "DelimitedFormat", "RowFormat", "SlotFormat", "object_lines",
            "parse_objects", "row_format"]
 
-NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+# ASCII digits only (str's \d takes any script's, which pyarrow does not parse), and the spaces
+# and tabs around a number that pyarrow's float parser trims; \Z, as $ also matches before "\n".
+NUMBER = re.compile(r"[ \t]*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?[ \t]*\Z", re.ASCII)
 NUMBER_BYTES = re.compile(NUMBER.pattern.encode())
+LABELS = ("0", "1")
+# What a blank line (skipped, not a row) may hold: not tabs, since a TSV row of empty fields
+# ("\t\t...") is a row to pyarrow.
+BLANK = b" \r"
 # Below this many bytes (about 100 Criteo rows) splitting lines in Python beats pyarrow's fixed
 # set-up cost (~1-2 ms a call): the server's small requests take this path.
 SMALL_BLOCK_BYTES = 24 << 10
@@ -59,26 +65,40 @@ def _read_csv(block: bytes, names: list[str], delimiter: str, types: dict,
             read_options=pacsv.ReadOptions(column_names=names, block_size=1 << 24,
                                            use_threads=True),
             parse_options=pacsv.ParseOptions(delimiter=delimiter, quote_char=False),
+            # Only an empty cell is missing: pyarrow's default nulls ("NA", "NULL", "nan", ...)
+            # would make a malformed dense value a silent 0 here and an error per line.
             convert_options=pacsv.ConvertOptions(column_types=types, include_columns=include,
-                                                 strings_can_be_null=False),
+                                                 strings_can_be_null=False, null_values=[""]),
         )
     except pa.ArrowInvalid as exc:
         raise BlockInvalid(str(exc)) from exc
 
 
+# The label is read as text: an int8 column would also take " 1" and "01", which the per-line
+# check (and the small-block path) reject.
+LABEL_TYPE = pa.dictionary(pa.int32(), pa.string())
+
+
 def _labels(table: pa.Table, column: str) -> np.ndarray:
-    label = table.column(column).to_numpy(zero_copy_only=False)
-    if table.column(column).null_count or not np.isin(label, (0, 1)).all():
-        raise BlockInvalid("label not 0/1")
-    return label.astype(np.float32)
+    out = [np.empty(0, np.float32)]
+    for chunk in table.column(column).chunks:
+        values = chunk.dictionary.to_pylist()
+        if chunk.null_count or not set(values) <= set(LABELS):
+            raise BlockInvalid("label not 0/1")
+        out.append(np.array([v == "1" for v in values], np.float32)[chunk.indices.to_numpy()])
+    return np.concatenate(out)
 
 
 def _dense(table: pa.Table, columns: list[str]) -> np.ndarray:
     raw = np.empty((table.num_rows, len(columns)), np.float32)
+    nulls = 0
     for j, name in enumerate(columns):
         raw[:, j] = table.column(name).to_numpy(zero_copy_only=False)
+        nulls += table.column(name).null_count
     if np.isinf(raw).any():
         raise BlockInvalid("infinite dense value")
+    if np.isnan(raw).sum() != nulls:  # "nan" parsed as a number, not an empty cell
+        raise BlockInvalid("NaN dense value")
     return raw
 
 
@@ -103,7 +123,7 @@ class DelimitedFormat:
         self.types = {c: pa.float32() for c in self._dense_cols}
         self.types.update({c: pa.dictionary(pa.int32(), pa.string()) for c in sparse_cols})
         if labeled:
-            self.types[schema.label] = pa.int8()
+            self.types[schema.label] = LABEL_TYPE
         ignored = [c for c in self.names if c not in self.types]
         self._include = [c for c in self.names if c in self.types] if ignored else None
         # The Python path hashes plain fields in one call: per value its salt, range, offset.
@@ -154,7 +174,17 @@ class DelimitedFormat:
     def _parse_small(self, block: bytes) -> Batch:
         """The same result as the pyarrow path, for a few lines."""
         sep = self.delimiter.encode()
-        rows = [ln.rstrip(b"\r").split(sep) for ln in block.split(b"\n") if ln.strip()]
+        lines = [ln.rstrip(b"\r") for ln in block.split(b"\n") if ln.strip(BLANK)]
+        if b"\r" in block and any(b"\r" in ln for ln in lines):
+            raise BlockInvalid("carriage return inside a line")  # pyarrow ends a line there
+        if not block.isascii():
+            try:  # pyarrow rejects such a block too; the per-line path reads it as text
+                block.decode()
+            except UnicodeDecodeError as exc:
+                raise BlockInvalid("not UTF-8") from exc
+        if not lines:  # blank lines only (the reshapes below cannot infer a width of 0 rows)
+            return Batch.empty(self.schema.num_dense, self.schema.sparse_width)
+        rows = [ln.split(sep) for ln in lines]
         if any(len(r) != len(self.names) for r in rows):
             raise BlockInvalid("column count")
         n = len(rows)
@@ -168,6 +198,8 @@ class DelimitedFormat:
         if not all(NUMBER_BYTES.match(v) for v in cells if v):
             raise BlockInvalid("dense value not a number")
         raw = np.array([float(v) if v else np.nan for v in cells], np.float32)
+        if np.isinf(raw).any():  # out of float32 range, as the pyarrow path rejects
+            raise BlockInvalid("infinite dense value")
         dense = self.schema.transform_dense(raw.reshape(n, len(self._dense_idx)))
         if self._plain:  # one hashing call for every value of the block
             hashed = hash_byte_strings([r[j] for r in rows for j in self._plain_idx],
@@ -182,13 +214,15 @@ class DelimitedFormat:
         return Batch(dense, sparse, label)
 
     def check_line(self, line: str) -> str | None:
+        if "\r" in line:
+            return "carriage return inside the line"
         fields = line.split(self.delimiter)
         names = self.names
         if len(fields) != len(names):
             detail = (f"no {', '.join(names[len(fields):][:3])}" if len(fields) < len(names)
                       else f"extra after {names[-1]}")
             return f"expected {len(names)} columns, got {len(fields)} ({detail})"
-        if self._label is not None and fields[self._label] not in ("0", "1"):
+        if self._label is not None and fields[self._label] not in LABELS:
             return f"{self.schema.label} must be 0 or 1, got {fields[self._label]!r}"
         for column, j in zip(self._dense_cols, self._dense_idx, strict=True):
             value = fields[j]
@@ -230,7 +264,7 @@ class SlotFormat:
         key_type = pa.dictionary(pa.int32(), pa.string())
         self.types.update({f"k{i}": key_type for i in range(len(self.keys))})
         if labeled:
-            self.types["v0"] = pa.int8()
+            self.types["v0"] = LABEL_TYPE
         # Each slot's ids must lie in its feature's rows.
         self._lo = np.array([f.offset for f in schema.fields], np.int64)
         self._hi = self._lo + np.array([f.buckets for f in schema.fields], np.int64)
@@ -260,21 +294,29 @@ class SlotFormat:
         return Batch(dense, sparse, label)
 
     def check_line(self, line: str) -> str | None:
-        tokens = line.split()
+        tokens = line.split(" ")  # as the fast path splits: one space, no tabs
         if len(tokens) != len(self.keys):
-            return f"expected {len(self.keys)} key:value tokens, got {len(tokens)}"
+            return (f"expected {len(self.keys)} key:value tokens separated by single spaces, "
+                    f"got {len(tokens)}")
         first_sparse = len(self.keys) - len(self.schema.fields)
         for i, (token, key) in enumerate(zip(tokens, self.keys, strict=True)):
             name, _, value = token.partition(":")
             if name != key:
                 return f"token {i + 1} should be {key}:<value>, got {token!r}"
-            if i == 0 and self.labeled and value not in ("0", "1"):
+            if ":" in value:
+                return f"token {i + 1} has more than one ':': {token!r}"
+            if i == 0 and self.labeled and value not in LABELS:
                 return f"{key} must be 0 or 1, got {value!r}"
-            if int(self.labeled) <= i < first_sparse and not NUMBER.match(value):
-                return f"{key} ({self.feature[i]}) is not a number: {value!r}"
+            if int(self.labeled) <= i < first_sparse:
+                if not NUMBER.match(value):
+                    return f"{key} ({self.feature[i]}) is not a number: {value!r}"
+                with np.errstate(over="ignore"):  # the overflow is what is reported
+                    finite = np.isfinite(np.float32(value))
+                if not finite:
+                    return f"{key} ({self.feature[i]}) is out of float32 range: {value!r}"
             if i >= first_sparse:
                 j = i - first_sparse
-                if not value.isdigit():
+                if not (value.isascii() and value.isdigit()):  # int() takes other scripts' too
                     return f"slot {key} id is not a non-negative integer: {value!r}"
                 if not self._lo[j] <= int(value) < self._hi[j]:
                     return (f"slot {key} id {value} is out of range [{self._lo[j]}, "

@@ -3,6 +3,7 @@
 import logging
 import queue
 import threading
+import zlib
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -15,10 +16,12 @@ import numpy as np
 from recrunner.config.dataset import DatasetConfig
 from recrunner.data.batch import Batch
 from recrunner.data.errors import BlockInvalid, DataError, RowErrors
-from recrunner.data.formats import RowFormat, row_format
+from recrunner.data.formats import BLANK, RowFormat, row_format
 from recrunner.data.schema import Schema
 
 log = logging.getLogger(__name__)
+BLANK_TEXT = BLANK.decode()
+BOM = b"\xef\xbb\xbf"
 
 
 def expand_paths(spec: str) -> list[str]:
@@ -44,7 +47,11 @@ def read_blocks(path: str, block_bytes: int) -> Iterator[tuple[int, bytes]]:
     rest = b""
     with fsspec.open(path, "rb", compression="infer") as f:
         while True:
-            chunk = f.read(block_bytes)
+            try:
+                chunk = f.read(block_bytes)
+            except (EOFError, OSError, zlib.error) as exc:
+                # A compressed file cut short or corrupt (gzip.BadGzipFile is an OSError).
+                raise DataError(f"{path}:{line}: cannot read: {exc}") from exc
             if not chunk:
                 break
             data = rest + chunk
@@ -55,7 +62,7 @@ def read_blocks(path: str, block_bytes: int) -> Iterator[tuple[int, bytes]]:
             block, rest = data[:cut], data[cut:]
             yield line, block
             line += block.count(b"\n")
-    if rest.strip():
+    if rest.strip(BLANK):
         yield line, rest + b"\n"
 
 
@@ -69,7 +76,7 @@ def parse_block(fmt: RowFormat, block: bytes, path: str, first_line: int,
     lines = block.decode("utf-8", "replace").split("\n")
     good = []
     for i, text in enumerate(lines):
-        if not text.strip():
+        if not text.strip(BLANK_TEXT):  # blank as the fast paths see it (formats.BLANK)
             continue
         reason = fmt.check_line(text.rstrip("\r"))
         if reason is None:
@@ -107,6 +114,8 @@ def unshard(parts: list[np.ndarray], spec: str) -> np.ndarray:
 def start_file(fmt: RowFormat, where: str, block: bytes) -> tuple[RowFormat, bytes, int]:
     """Settle the file's format from its first line (delimiter, header), once:
     (format, the block without a header, the block's first line number)."""
+    if block.startswith(BOM):  # a UTF-8 byte-order mark (Windows tools write one)
+        block = block[len(BOM):]
     head, _, body = block.partition(b"\n")
     try:
         fmt, skip = fmt.start(head)

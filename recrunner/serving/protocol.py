@@ -12,8 +12,15 @@ from typing import Any, cast
 import numpy as np
 
 from recrunner.data.errors import DataError, RowErrors
-from recrunner.data.formats import BlockInvalid, RowFormat, object_format, object_lines, row_format
-from recrunner.data.reader import parse_block
+from recrunner.data.formats import (
+    BLANK,
+    BlockInvalid,
+    RowFormat,
+    object_format,
+    object_lines,
+    row_format,
+)
+from recrunner.data.reader import BOM, parse_block
 from recrunner.data.schema import Schema
 from recrunner.export import DENSE_INPUT, OUTPUT, SPARSE_INPUT
 
@@ -155,8 +162,8 @@ def parse_inference(model: Model, body: bytes) -> InferenceRequest:
         if not isinstance(t, dict):
             raise BadRequest(f"tensor[{i}] must be an object")
         # Clients send the feed's alias_name (serving_client_conf) and its name; accept either.
-        name = next((n for n in (t.get("alias_name"), t.get("name")) if n in model.feeds),
-                    None)
+        name = next((n for n in (t.get("alias_name"), t.get("name"))
+                     if isinstance(n, str) and n in model.feeds), None)  # a list: unhashable
         if name is None:
             given = t.get("alias_name") or t.get("name")
             raise BadRequest(f"tensor[{i}]: unknown feed var {given!r} (expected "
@@ -235,7 +242,8 @@ def _feed_rows(values: list[Any], name: str, width: int, integer: bool) -> np.nd
     parts = []
     for i, v in enumerate(values):
         a = _numbers(v if isinstance(v, list) else [v], f"feed[{i}].{name}", integer)
-        if a.ndim > 2 or a.size == 0 or a.size % width or (a.ndim == 2 and a.shape[1] != width):
+        if (a.ndim > 2 or a.size == 0 or not width  # width 0: only [] fits (the fast path)
+                or a.size % width or (a.ndim == 2 and a.shape[1] != width)):
             raise BadRequest(f"feed[{i}].{name}: needs {width} values per sample, got shape "
                              f"{list(a.shape)}")
         parts.append(a.reshape(-1, width))
@@ -319,7 +327,7 @@ class RawRows:
 def prepare_raw(model: Model, body: bytes, is_json: bool) -> RawRows:
     """Rows of /predict in the export's format, with its header and delimiter handled as
     `recrun predict` handles a file's first block."""
-    block, objects = raw_block(model, body, is_json)
+    block, objects = raw_block(model, body.removeprefix(BOM), is_json)
     fmt, first = model.object_format, 1
     if not objects:
         head, _, rest = block.partition(b"\n")
@@ -330,7 +338,7 @@ def prepare_raw(model: Model, body: bytes, is_json: bool) -> RawRows:
         if skip:  # a header line, as files may have
             block, first = rest, 2
     lines = [ln.rstrip(b"\r") for ln in block.split(b"\n")]
-    lines = [ln for ln in lines if ln.strip()]
+    lines = [ln for ln in lines if ln.strip(BLANK)]
     if not lines:
         raise BadRequest("no rows in the request")
     if not block.endswith(b"\n"):
