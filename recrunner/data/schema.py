@@ -34,9 +34,10 @@ def validate_config(cfg: SchemaConfig) -> None:
     key = "dataset.schema"
     if not cfg.label.strip():
         raise ValueError(f"{key}.label must name the label column")
-    for kind, features in (("dense", cfg.dense), ("sparse", cfg.sparse)):
-        for i, f in enumerate(features):
-            if not f.name.strip():
+    names_by_kind = {"dense": [d.name for d in cfg.dense], "sparse": [f.name for f in cfg.sparse]}
+    for kind, declared in names_by_kind.items():
+        for i, name in enumerate(declared):
+            if not name.strip():
                 raise ValueError(f"{key}.{kind}[{i}].name must not be empty")
     dense_names = [f.name for f in cfg.dense]
     names = dense_names + [f.name for f in cfg.sparse]
