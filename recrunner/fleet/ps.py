@@ -28,7 +28,7 @@ from recrunner.fleet.geo import load_geo_copies
 from recrunner.fleet.ps_tables import configure_strategy, trainer_optimizer
 from recrunner.fleet.roles import DistError, Role, check_port_free, wait_for_port
 from recrunner.train.build import build_net, model_inputs, table_rows, table_width
-from recrunner.train.checkpoint import Checkpoint
+from recrunner.train.checkpoint import MODEL_FILE, Checkpoint
 from recrunner.train.driver import RunDriver
 from recrunner.train.engine import EpochStats, ModelState, OnStep
 from recrunner.train.group import LocalGroup
@@ -341,18 +341,17 @@ class PsEngine:
         self.fleet.load_model(str(ps_dir), mode=0)  # servers load tables + optimizer states
         self.pull_dense()
 
-    def export(self, export_dir: Path, extra: dict[str, Any]) -> Path:
-        """The export is the dygraph Net filled with the servers' values, written by
-        save_export in a PIR subprocess (this process runs the legacy static graph)."""
+    def export(self, export_dir: Path, extra: dict[str, Any], ckpt: Checkpoint) -> Path:
+        """The export is the dygraph Net filled with the checkpoint's values (the servers'
+        tables as read back when it was saved: not read again), written by save_export in a
+        PIR subprocess (this process runs the legacy static graph)."""
         from recrunner.config.compose import to_yaml
         from recrunner.fleet import rebuild
 
         dist = self.out / "dist"
-        # paddle.save pickles numpy arrays too; its annotation names only Tensors.
-        self.paddle.save(self.net_state(), str(dist / rebuild.STATE))  # type: ignore[arg-type]
         (dist / rebuild.CONFIG).write_text(to_yaml(self.cfg))
         (dist / rebuild.EXTRA).write_text(json.dumps(extra))
-        rebuild.rebuild_in_subprocess(self.out, self.cfg.mode.timeout_s)
+        rebuild.rebuild_in_subprocess(self.out, ckpt.path / MODEL_FILE, self.cfg.mode.timeout_s)
         return export_dir
 
 

@@ -12,12 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-STATE = "final_state.pdparams"
 CONFIG = "export_config.yaml"
 EXTRA = "export_extra.json"
 
 
-def rebuild(run_dir: Path) -> Path:
+def rebuild(run_dir: Path, state_file: Path) -> Path:
     from recrunner.config.compose import load_resolved
     from recrunner.export import save_export
     from recrunner.runtime import import_paddle
@@ -27,16 +26,17 @@ def rebuild(run_dir: Path) -> Path:
     cfg = load_resolved(dist / CONFIG)
     paddle = import_paddle(cfg.runner.threads)
     net = build_net(cfg)
-    load_net_state(net, paddle.load(str(dist / STATE)), "the PS-trained parameters")
+    load_net_state(net, paddle.load(str(state_file)), f"the PS-trained parameters {state_file}")
     extra = json.loads((dist / EXTRA).read_text())
     return save_export(net, run_dir / "export", dataset_schema(cfg), cfg.model.name, extra)
 
 
-def rebuild_in_subprocess(run_dir: Path, timeout_s: float) -> None:
+def rebuild_in_subprocess(run_dir: Path, state_file: Path, timeout_s: float) -> None:
     env = {k: v for k, v in os.environ.items() if k != "FLAGS_enable_pir_api"}
     for var in ("TRAINING_ROLE", "PADDLE_TRAINING_ROLE", "PADDLE_ROLE"):
         env.pop(var, None)
-    proc = subprocess.run([sys.executable, "-m", "recrunner.fleet.rebuild", str(run_dir)],
+    proc = subprocess.run([sys.executable, "-m", "recrunner.fleet.rebuild", str(run_dir),
+                           str(state_file)],
                           env=env, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         from recrunner.fleet.roles import DistError
@@ -49,7 +49,7 @@ def main() -> None:
     from recrunner.errors import RecrunnerError
 
     try:
-        print(rebuild(Path(sys.argv[1])))
+        print(rebuild(Path(sys.argv[1]), Path(sys.argv[2])))
     except RecrunnerError as exc:  # e.g. the export's self-check: one line for the parent
         print(exc, file=sys.stderr)
         sys.exit(exc.exit_code)

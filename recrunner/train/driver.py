@@ -197,7 +197,8 @@ class RunDriver:
             mode=str(self.cfg.mode.name), world_size=self.group.world, **self.summary_fields)
         if self.group.is_writer:
             self.engine.export(export_dir, {"metrics": metrics,
-                                            "trained_by": f"mode={self.cfg.mode.name}"})
+                                            "trained_by": f"mode={self.cfg.mode.name}"},
+                               checkpoint.at_epoch(self.out, self.exported_epoch))
             # The final predictions, to compare any path (an export, a server) against.
             np.savez(self.out / PREDICTIONS, label=self.labels, prob=self.probs)
             (self.out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -101,5 +101,6 @@ class DygraphEngine:
         load_net_state(self.net, state.net, f"checkpoint {ckpt.path}")
         self.opt.set_state_dict(state.optimizer)
 
-    def export(self, export_dir: Path, extra: dict[str, Any]) -> Path:
+    def export(self, export_dir: Path, extra: dict[str, Any], ckpt: Checkpoint) -> Path:
+        # self.net holds `ckpt`'s model already (the driver restored the best epoch's).
         return save_export(self.net, export_dir, self.reader.schema, self.cfg.model.name, extra)

@@ -68,5 +68,6 @@ class Engine(Protocol):
     def restore(self, ckpt: Checkpoint, state: ModelState) -> None:
         """Continue from a checkpoint (`state`: what `state` saved, loaded)."""
 
-    def export(self, export_dir: Path, extra: dict[str, Any]) -> Path:
-        """Write the export (writer process only)."""
+    def export(self, export_dir: Path, extra: dict[str, Any], ckpt: Checkpoint) -> Path:
+        """Write the export of the model `ckpt` holds, which the engine was left at (writer
+        process only)."""
