@@ -61,13 +61,25 @@ def trainer_optimizer(paddle: Any, cfg: RootConfig) -> Any:
 
 
 # brpc flags the client's configuration (PSParameter.init_gflags) replaces when set
-# (Communicator::InitGFlag's defaults), plus the one that matters for training:
-# pserver_push_sparse_merge_limit (default 12) makes each trainer's client hold back its
-# table gradients and sum about 12 batches of them into one push, so the servers' Adam takes
-# one step per ~12 batches on rows up to 12 batches stale; 0 sends every batch's push.
+# (Communicator::InitGFlag's defaults), plus the ones that decide what the servers' optimizers
+# see (BrpcPsClient's push threads, brpc_ps_client.cc). Each trainer's client queues every
+# batch's gradients; a push thread wakes every `pserver_async_push_*_interval_ms` (default 10)
+# and sends:
+# - table gradients: with `pserver_push_sparse_merge_limit` 12 (default), the sum of about 12
+#   batches; with 0, the sum of whatever queued since the last wake-up (a 256-row batch takes
+#   a few ms: 2-4 batches merged at 10 ms, about one at 1 ms);
+# - dense gradients: with `pserver_push_dense_merge_limit` 12 (default), nothing until 13
+#   batches queued, then their sum as one push; with 0, one batch per wake-up, and a trainer
+#   with more than `pserver_max_async_call_num` pushes queued waits (at 10 ms: <= 100 batches
+#   a second).
+# Either sum is one Adam step on the servers for many batches: the dense parameters took one
+# step per ~13 batches, moved ~3x less than mode=local's and the model lost 0.03-0.05 AUC
+# (docs/distributed.md). 0 and 1 ms make the servers step once per batch, as mode=local.
 CLIENT_GFLAGS = ("-max_body_size=314217728 -bthread_concurrency=40 "
                  "-socket_max_unwritten_bytes=2048000000 -max_connection_pool_size=1950 "
-                 "-pserver_push_sparse_merge_limit=0")
+                 "-pserver_push_sparse_merge_limit=0 -pserver_push_dense_merge_limit=0 "
+                 "-pserver_async_push_sparse_interval_ms=1 "
+                 "-pserver_async_push_dense_interval_ms=1")
 
 
 def install_client_gflags(gflags: str = CLIENT_GFLAGS) -> None:
