@@ -72,4 +72,10 @@ def test_trainer_optimizer_is_local_adam(local_adam) -> None:
 
 
 def test_client_pushes_every_batch() -> None:
-    assert "-pserver_push_sparse_merge_limit=0" in CLIENT_GFLAGS.split()
+    """The servers take one Adam step per batch: the clients' push threads neither wait for
+    12 batches of dense gradients nor sum more than what queued within a millisecond."""
+    flags = CLIENT_GFLAGS.split()
+    for flag in ("-pserver_push_sparse_merge_limit=0", "-pserver_push_dense_merge_limit=0",
+                 "-pserver_async_push_sparse_interval_ms=1",
+                 "-pserver_async_push_dense_interval_ms=1"):
+        assert flag in flags
