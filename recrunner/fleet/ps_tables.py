@@ -19,17 +19,19 @@ from recrunner.train import optim
 # No clipping: mode=local bounds no weight (the accessor's default is [-10, 10]).
 NO_BOUND = 3.0e38
 # The servers' Adam bias-corrects each row by its own update count, mode=local's lazy Adam by
-# the global step (Paddle 3.0's rules have no global-step mode). That costs nothing: mode=local
-# trained with the servers' per-row rule scores local's AUC (40k rows: 0.8327 vs 0.8332), so
-# the servers run it at mode=local's rate. (Scaling that rate by (1 - beta1) / sqrt(1 - beta2),
-# which makes a row's first update local's, measured +0.003-0.009 with 1-2 trainers, within
-# async's run-to-run spread, and -0.015/-0.018 with 4 trainers: docs/distributed.md.)
+# the global step (Paddle 3.0's rules have no global-step mode). The rule itself costs nothing:
+# mode=local trained with the servers' per-row rule scores local's AUC (40k rows: 0.8327 at
+# this scale or at 1x, vs 0.8332). On the servers, async, a rate scaled by (1 - beta1) /
+# sqrt(1 - beta2) (a row's first update then equals local's late in training) is steadier with
+# 1-2 trainers (40k rows, 2 trainers: 0.828-0.830 in 4 runs vs 0.808-0.829 at 1x; local 0.833),
+# but costs 0.015-0.018 with 4 trainers (0.795 vs 0.810): docs/distributed.md.
+FIRST_TOUCH_SCALE = (1 - optim.BETA1) / (1 - optim.BETA2) ** 0.5
 
 
 def ps_table_configs(cfg: RootConfig, table: str) -> dict[str, dict[str, Any]]:
     """fleet's sparse_table_configs for `table`: lazy Adam as in mode=local."""
     acc = f"table_parameters.{table}.accessor"
-    adam = {"learning_rate": cfg.runner.learning_rate,
+    adam = {"learning_rate": cfg.runner.learning_rate * FIRST_TOUCH_SCALE,
             "initial_range": cfg.model.init_scale,
             "beta1_decay_rate": optim.BETA1, "beta2_decay_rate": optim.BETA2,
             "ada_epsilon": optim.EPSILON, "weight_bounds": [-NO_BOUND, NO_BOUND]}
