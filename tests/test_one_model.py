@@ -26,10 +26,11 @@ MODES = {
                "mode.geo_k_steps=10"],
 }
 AGREE = 1e-5  # engines and checkpoints against the trained network
-# Distributed runs against mode=local, same data and epochs. The promise is 0.01; the
-# parameter server still trails (its table Adam bias-corrects per row, which Paddle 3.0 cannot
-# change; docs/distributed.md measures it): these bounds catch a regression, not the goal.
-AUC_GAP = {"collective": 0.01, "ps-async": 0.1, "ps-geo": 0.03}
+# Distributed runs against mode=local, same data and epochs. The promise is 0.01; async PS
+# (2 trainers) measured 0.003-0.006 short (W&D) and up to 0.017 (DeepFM) on this data, and
+# async varies between identical runs on a loaded machine (docs/distributed.md): 0.03 still
+# catches a broken update path (before the dense-merge fix it was 0.05 short).
+AUC_GAP = {"collective": 0.01, "ps-async": 0.03, "ps-geo": 0.03}
 TRAIN = [*SMALL_MODEL, "runner.epochs=1", "mode.timeout_s=120"]
 
 
