@@ -27,10 +27,11 @@ MODES = {
 }
 AGREE = 1e-5  # engines and checkpoints against the trained network
 # Distributed runs against mode=local, same data and epochs. The promise is 0.01; async PS
-# (2 trainers, W&D) measured 0.003-0.006 short in 4 runs by hand, but 0.033 in a test run on
-# the shared machine (load average 25): async's spread between identical runs is that wide
-# under load (docs/distributed.md), so this bound catches a broken update path, not 0.01.
-AUC_GAP = {"collective": 0.01, "ps-async": 0.05, "ps-geo": 0.03}
+# (2 trainers) measured 0.003-0.006 short by hand (W&D, 4 runs), but in test runs on the
+# shared machine (load average 25) 0.033 (W&D) and 0.046 (DeepFM): async's spread between
+# identical runs is that wide under load (docs/distributed.md). This bound catches a broken
+# update path, not the 0.01 promise.
+AUC_GAP = {"collective": 0.01, "ps-async": 0.06, "ps-geo": 0.03}
 TRAIN = [*SMALL_MODEL, "runner.epochs=1", "mode.timeout_s=120"]
 
 
