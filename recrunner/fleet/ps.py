@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from recrunner import atomic
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.reader import unshard
@@ -133,9 +134,9 @@ class PsTrainerGroup(LocalGroup):
         """Every trainer's array, rank order."""
         self._round += 1
         self.exchange.mkdir(parents=True, exist_ok=True)
-        tmp = self.exchange / f".{self._round}.{self.rank}.npy"
-        np.save(tmp, values)
-        tmp.replace(self.exchange / f"{self._round}.{self.rank}.npy")
+        with atomic.writing(self.exchange / f"{self._round}.{self.rank}.npy", "exchange") \
+                as tmp, open(tmp, "wb") as fh:
+            np.save(fh, values)
         self.barrier()
         parts = [np.load(self.exchange / f"{self._round}.{r}.npy") for r in range(self.world)]
         self.barrier()  # everyone has read: the files may go

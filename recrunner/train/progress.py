@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recrunner import atomic
 from recrunner.train.checkpoint import Checkpoint
 
 
@@ -48,8 +49,7 @@ class Progress:
         """Append one evaluation's line to metrics.jsonl; returns it."""
         row = {"epoch": self.epoch, "step": self.step, "trigger": trigger,
                "train_examples": self.train_examples, **self.train_figures(trigger), **metrics}
-        with open(out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+        atomic.append_line(out / "metrics.jsonl", json.dumps(row), "metrics")
         return row
 
     def train_figures(self, trigger: str) -> dict[str, float]:
