@@ -7,7 +7,9 @@ temporary copy is removed (the old version stays as it was).
 Temporary names are `.<name>.tmp-<pid>` (and `.<name>.old-<pid>` while a folder is swapped);
 `clean_temps` removes those a killed process left. Each write passes the fault points
 `<label>.begin` (temporary created), `<label>.written` (content complete and synced, not yet
-in place) and `<label>.renamed` (in place) of `recrunner.faults`.
+in place), for a folder that replaces another `<label>.aside` (the old one renamed aside, the
+new one not yet in place: `clean_temps` puts the old one back) and `<label>.renamed` (in
+place) of `recrunner.faults`.
 """
 
 import contextlib
@@ -139,6 +141,7 @@ def writing_dir(path: str | Path, label: str) -> Iterator[Path]:
         faults.point(f"{label}.written")
         if final.exists():
             os.replace(final, old)
+            faults.point(f"{label}.aside")
         os.replace(temp, final)
         faults.point(f"{label}.renamed")
         fsync_dir(final.parent)

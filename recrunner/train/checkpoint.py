@@ -80,7 +80,11 @@ def latest(output_dir: str | Path, verify: bool = False) -> Checkpoint | None:
 
 def at_epoch(output_dir: str | Path, epoch: int) -> Checkpoint:
     """The complete checkpoint of `epoch` (a one-line error when it is gone)."""
-    path = checkpoint_root(output_dir) / str(epoch)
+    return at_path(checkpoint_root(output_dir) / str(epoch), epoch)
+
+
+def at_path(path: Path, epoch: int | None = None) -> Checkpoint:
+    """The checkpoint in folder `path` (CheckpointError naming the file when it is not one)."""
     state_file = path / STATE_FILE
     try:
         state = json.loads(state_file.read_text())
@@ -91,7 +95,7 @@ def at_epoch(output_dir: str | Path, epoch: int) -> Checkpoint:
         raise CheckpointError(f"{state_file}: unreadable: {exc}") from exc
     if not isinstance(state, dict) or not isinstance(state.get("step", 0), int):
         raise CheckpointError(f"{state_file}: not a checkpoint's state")
-    return Checkpoint(path, epoch, state)
+    return Checkpoint(path, state.get("epoch", 0) if epoch is None else epoch, state)
 
 
 def to_resume(output_dir: str | Path, resume: bool,
@@ -101,6 +105,8 @@ def to_resume(output_dir: str | Path, resume: bool,
     Refuses to start fresh over existing checkpoints, and to resume one trained with another
     model config (`fingerprint`), instead of silently overwriting or mixing them.
     """
+    if resume:  # a checkpoint a killed swap left aside is put back first
+        atomic.clean_temps(checkpoint_root(output_dir))
     ckpt = latest(output_dir, verify=resume)
     if ckpt is None:
         return None
