@@ -20,7 +20,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from recrunner import faults
 from recrunner.errors import RecrunnerError
@@ -90,7 +90,8 @@ def _fsync_tree(root: Path) -> None:
         fsync_dir(Path(dirpath))
 
 
-def _remove(path: Path) -> None:
+def remove(path: Path) -> None:
+    """Delete a file or a folder tree, if there."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
@@ -116,7 +117,7 @@ def writing(path: str | Path, label: str) -> Iterator[Path]:
         faults.point(f"{label}.renamed")
         fsync_dir(final.parent)
     except BaseException as exc:
-        _remove(temp)
+        remove(temp)
         error = disk_error(exc, final, temp)
         if error is None:
             raise
@@ -129,34 +130,49 @@ def writing_dir(path: str | Path, label: str) -> Iterator[Path]:
     (an old one is renamed aside first, then removed)."""
     final = Path(path)
     temp = temp_path(final)
-    old = temp_path(final, "old")
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        _remove(temp)
+        remove(temp)
         temp.mkdir()
         faults.point(f"{label}.begin")
         yield temp
-        check_space(temp)
-        _fsync_tree(temp)
+    except BaseException as exc:
+        _fail(exc, temp, final)
+    adopt_dir(temp, final, label)
+
+
+def adopt_dir(filled: Path, path: str | Path, label: str) -> None:
+    """Put folder `filled` (complete: written by this process or by others, e.g. parameter
+    servers) in place of folder `path`, synced, as `writing_dir` does."""
+    final = Path(path)
+    old = temp_path(final, "old")
+    try:
+        check_space(filled)
+        _fsync_tree(filled)
         faults.point(f"{label}.written")
         if final.exists():
             os.replace(final, old)
             faults.point(f"{label}.aside")
-        os.replace(temp, final)
+        os.replace(filled, final)
         faults.point(f"{label}.renamed")
         fsync_dir(final.parent)
-        _remove(old)
+        remove(old)
     except BaseException as exc:
-        if isinstance(exc, OSError) and exc.filename is None and temp.is_dir():
-            exc.filename = str(_newest_file(temp))  # pickle's writes name no file
-        _remove(temp)
         if old.exists() and not final.exists():
             with contextlib.suppress(OSError):  # the swap failed half way: the old one back
                 os.replace(old, final)
-        error = disk_error(exc, final, temp)
-        if error is None:
-            raise
-        raise error from exc
+        _fail(exc, filled, final)
+
+
+def _fail(exc: BaseException, temp: Path, final: Path) -> NoReturn:
+    """Remove the temporary folder; raise `exc`, as a WriteError when the disk refused."""
+    if isinstance(exc, OSError) and exc.filename is None and temp.is_dir():
+        exc.filename = str(_newest_file(temp))  # pickle's writes name no file
+    remove(temp)
+    error = disk_error(exc, final, temp)
+    if error is None:
+        raise exc
+    raise error from exc
 
 
 def write_bytes(path: str | Path, data: bytes, label: str) -> None:
@@ -205,7 +221,7 @@ def clean_temps(folder: str | Path) -> None:
                 with contextlib.suppress(OSError):
                     os.replace(entry, original)
                 continue
-        _remove(entry)
+        remove(entry)
 
 
 def _alive(pid: int) -> bool:

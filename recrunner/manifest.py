@@ -24,6 +24,11 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def files_under(folder: Path) -> list[str]:
+    """The files in `folder` and its subfolders, relative to it, sorted."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
 def describe(folder: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:
     """{name: {bytes, sha256}} of the files `names` in `folder`."""
     return {name: {"bytes": (folder / name).stat().st_size, "sha256": sha256(folder / name)}

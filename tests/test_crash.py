@@ -267,7 +267,10 @@ def test_killed_in_checkpoint_and_export_writes_and_resumed_past_a_corrupt_check
     damage(out / "checkpoints" / "2" / checkpoint.MODEL_FILE, "flipped")
     code, err = finish(train(tiny_data, out, "runner.resume=true"))
     assert code == 0, err[-2000:]
-    assert "ignoring checkpoint 2: " in err and "checksum differs" in err
+    log = (out / "train.log").read_text()
+    assert f"WARNING] - ignoring checkpoint 2: {out}/checkpoints/2/{checkpoint.MODEL_FILE}: " \
+           "checksum differs" in log
+    assert "resumed from" in log and "(epoch 1," in log
     assert_same_model(out, reference)
 
 
@@ -282,8 +285,8 @@ def wait_stopped(proc: subprocess.Popen, timeout: float = 300) -> None:
     raise AssertionError("the run never reached its fault point")
 
 
-def test_a_full_disk_in_a_checkpoint_write_is_one_line_and_resumable(
-        tiny_data: dict[str, str], reference: Path, disk: Path) -> None:
+def test_a_full_disk_in_a_checkpoint_write_is_one_line_and_keeps_the_last(
+        tiny_data: dict[str, str], disk: Path) -> None:
     out = disk / "run"
     proc = train(tiny_data, out, env={faults.ENV: "checkpoint.begin@2=stop"})
     wait_stopped(proc)
@@ -294,24 +297,40 @@ def test_a_full_disk_in_a_checkpoint_write_is_one_line_and_resumable(
     assert code == RecrunnerError.exit_code and "Traceback" not in err
     assert errors == [f"recrun train: error: cannot write {out}/checkpoints/2/"
                       f"{checkpoint.MODEL_FILE}: No space left on device"]
-    (disk / "filler").unlink()
-    code, err = finish(train(tiny_data, out, "runner.resume=true"))
-    assert code == 0, err[-2000:]
-    assert_same_model(out, reference)
+    assert not (out / "summary.json").exists()
+    (disk / "filler").unlink()  # space is back: epoch 1 resumes (as resumes do above)
+    ckpt = checkpoint.to_resume(out, resume=True)
+    assert ckpt is not None and ckpt.epoch == 1
+    checkpoint.load(ckpt)
+    assert sorted(p.name for p in checkpoint.checkpoint_root(out).iterdir()) == ["1"]
 
 
-@pytest.mark.parametrize("name, how", [("model.pdiparams", "flipped"),
-                                       ("export.json", "truncated")])
 def test_a_damaged_export_is_named_by_predict(reference: Path, tiny_data: dict[str, str],
-                                              tmp_path: Path, name: str, how: str) -> None:
+                                              tmp_path: Path) -> None:
     import shutil
 
-    export = tmp_path / "export"
+    export, name = tmp_path / "export", "model.pdiparams"
     shutil.copytree(reference / "export", export)
-    damage(export / name, how)
+    damage(export / name, "flipped")  # paddle.inference would serve it, silently wrong
     result = recrun("predict", "--export", str(export), "--input", tiny_data["test"],
                     "--labeled")
     assert result.returncode == RecrunnerError.exit_code
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith(
         f"recrun predict: error: {export / name}: ")
+
+
+@pytest.mark.parametrize("name, how", [("export.json", "truncated"), ("probe.npz", "flipped"),
+                                       ("model.json", "truncated")])
+def test_a_damaged_export_file_is_named(reference: Path, tmp_path: Path, name: str,
+                                        how: str) -> None:
+    import shutil
+
+    from recrunner.export import load_export
+
+    export = tmp_path / "export"
+    shutil.copytree(reference / "export", export)
+    damage(export / name, how)
+    with pytest.raises(RecrunnerError, match=f"^{re.escape(str(export / name))}: ") as err:
+        load_export(export)
+    assert "\n" not in str(err.value)

@@ -223,7 +223,7 @@ def launch(cfg: RootConfig) -> dict[str, Any]:
         if outcome.ok:
             return json.loads(summary_file.read_text())
         if attempt + 1 < attempts:
-            last = checkpoint.latest(out)
+            last = checkpoint.latest(out, verify=True)
             print(f"recrun train: {str(cfg.mode.name)} job failed: {outcome.message}; restarting "
                   f"({attempt + 1}/{cfg.mode.max_restarts}) from "
                   f"{'checkpoint ' + str(last.epoch) if last else 'the start'}",

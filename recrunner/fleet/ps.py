@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from recrunner import atomic
+from recrunner import atomic, faults
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.reader import unshard
@@ -321,7 +321,16 @@ class PsEngine:
         """The servers save their tables with their optimizer states (for resume) beside the
         checkpoint as <epoch>.ps/; the checkpoint holds the Net (for eval and export)."""
         ps_dir = checkpoint_root / f"{epoch}.ps"
-        self.fleet.save_persistables(self.exe, str(ps_dir))  # barriers inside
+        # Saved aside, then put in place whole by the writer (atomic.adopt_dir): a server or
+        # trainer killed mid-save leaves no half table under a checkpoint's name.
+        saving = checkpoint_root / f".{epoch}.ps.saving"
+        if self.group.is_writer:
+            atomic.remove(saving)  # a killed job's
+        self.group.barrier()
+        faults.point("ps_tables.begin")
+        self.fleet.save_persistables(self.exe, str(saving))  # barriers inside
+        if self.group.is_writer:
+            atomic.adopt_dir(saving, ps_dir, "ps_tables")
         # numpy arrays: paddle.load gives them back and Net.set_state_dict takes them.
         net = self.net_state() if self.group.is_writer else {}
         return ModelState(net, {}, {"ps_tables": ps_dir.name, "mode": "ps"})

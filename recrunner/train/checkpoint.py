@@ -46,9 +46,15 @@ def save(output_dir: str | Path, epoch: int, model_state: dict, optimizer_state:
         paddle.save(model_state, str(tmp / MODEL_FILE))
         faults.point("checkpoint.model")
         paddle.save(optimizer_state, str(tmp / OPTIMIZER_FILE))
-        # state.json last, with the checksums of the files it vouches for.
+        # state.json last, with the checksums of the files it vouches for (and of the
+        # parameter servers' tables beside it, mode=ps).
+        files = manifest.describe(tmp, DATA_FILES)
+        if state.get("ps_tables"):
+            tables = root / state["ps_tables"]
+            files.update(manifest.describe(tmp, [f"../{tables.name}/{name}" for name in
+                                                 manifest.files_under(tables)]))
         (tmp / STATE_FILE).write_text(json.dumps(
-            {"epoch": epoch, **state, "files": manifest.describe(tmp, DATA_FILES)}, indent=2))
+            {"epoch": epoch, **state, "files": files}, indent=2))
     return root / str(epoch)
 
 
