@@ -359,8 +359,8 @@ class PsEngine:
         from recrunner.fleet import rebuild
 
         dist = self.out / "dist"
-        (dist / rebuild.CONFIG).write_text(to_yaml(self.cfg))
-        (dist / rebuild.EXTRA).write_text(json.dumps(extra))
+        atomic.write_text(dist / rebuild.CONFIG, to_yaml(self.cfg), "config")
+        atomic.write_text(dist / rebuild.EXTRA, json.dumps(extra), "config")
         rebuild.rebuild_in_subprocess(self.out, ckpt.path / MODEL_FILE, self.cfg.mode.timeout_s)
         return export_dir
 

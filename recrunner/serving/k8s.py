@@ -61,7 +61,7 @@ def write_bundle(model_dir: Path) -> Path:
                              "first, or set serving.model_dir / runner.output_dir")
     text = prototxt(json.loads((model_dir / META_FILE).read_text()))
     for name in (SERVER_CONF, CLIENT_CONF):
-        (model_dir / name).write_text(text)
+        atomic.write_text(model_dir / name, text, "bundle")
     tar_path = model_dir.parent / BUNDLE
     with atomic.writing(tar_path, "bundle") as tmp, tarfile.open(tmp, "w:gz") as tar:
         for name in (f"{MODEL_PREFIX}.json", f"{MODEL_PREFIX}.pdiparams", META_FILE, SERVER_CONF,
