@@ -93,6 +93,16 @@ def test_a_kill_inside_a_metrics_or_summary_write_leaves_whole_files(tmp_path: P
     assert json.loads(summary.read_text())["auc"] == (0.7 if after else 0.5)
 
 
+def test_a_resume_drops_the_metrics_rows_past_its_checkpoint(tmp_path: Path) -> None:
+    from recrunner.train.progress import Progress
+
+    lines = [json.dumps({"epoch": 1, "step": 16}), json.dumps({"epoch": 1, "step": 20}),
+             json.dumps({"epoch": 2, "step": 32}), '{"epoch": 3, "st']  # torn by an old writer
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines))
+    Progress(epoch=1, step=16).forget_records_after(tmp_path)
+    assert (tmp_path / "metrics.jsonl").read_text() == lines[0] + "\n"
+
+
 # --- full and read-only disks ------------------------------------------------------------
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
@@ -272,6 +282,9 @@ def test_killed_in_checkpoint_and_export_writes_and_resumed_past_a_corrupt_check
            "checksum differs" in log
     assert "resumed from" in log and "(epoch 1," in log
     assert_same_model(out, reference)
+    # the rows of the evaluations redone after each resume are there once
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1, 2]
 
 
 def wait_stopped(proc: subprocess.Popen, timeout: float = 300) -> None:

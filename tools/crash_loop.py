@@ -91,9 +91,12 @@ def one(name: str, out: Path, data: Path, reference: dict, kill_after: float | N
                                  f"{err.strip().splitlines()[-1:]}")
         summary = json.loads((out / "summary.json").read_text())
         probs = np.load(out / "predictions.npz")["prob"]
+        epochs = [json.loads(line)["epoch"] for line in
+                  (out / "metrics.jsonl").read_text().splitlines()]
+        row["metrics_rows_once"] = epochs == [1, 2]
         row["same_auc"] = summary["auc"] == reference["auc"]
         row["bit_identical"] = bool(np.array_equal(probs, reference["prob"]))
-        row["ok"] = row["same_auc"] and row["bit_identical"]
+        row["ok"] = row["same_auc"] and row["bit_identical"] and row["metrics_rows_once"]
     except Exception as exc:  # a broken guarantee: report it, go on
         row["ok"] = False
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"

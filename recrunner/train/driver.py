@@ -48,13 +48,16 @@ class RunDriver:
     def restore(self) -> None:
         ckpt = checkpoint.to_resume(self.out, self.cfg.runner.resume,
                                     model_fingerprint(self.cfg))
+        if ckpt is not None:
+            self.progress.resume(ckpt)
+        if self.group.is_writer:
+            self.progress.forget_records_after(self.out)
         if ckpt is None:
             if self.cfg.runner.resume:
                 log.info("runner.resume=true but no checkpoint in %s: starting fresh", self.out)
             return
         net_state, opt_state = checkpoint.load(ckpt)
         self.engine.restore(ckpt, ModelState(net_state, opt_state, ckpt.state))
-        self.progress.resume(ckpt)
         log.info("resumed from %s (epoch %d, step %d)", ckpt.path, ckpt.epoch,
                  self.progress.step)
 
