@@ -276,4 +276,6 @@ def test_recrun_train_fails_with_one_line_when_the_export_check_fails(run: Run, 
     assert "paddle.inference differs from the trained network by 0.001" in err[-1]
     assert "Traceback" not in "\n".join(err)
     assert (run.export / META_FILE).read_text() == before
-    assert not run.export.with_name("export.tmp").exists()
+    from recrunner.atomic import TEMP
+
+    assert not [p for p in run.export.parent.iterdir() if TEMP.match(p.name)]  # no temp left

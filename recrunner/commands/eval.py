@@ -57,7 +57,7 @@ def _checkpoint_predictor(cfg: RootConfig, path: Path) -> Callable[[Batch], np.n
         raise RecrunnerError(f"{path} is not a complete checkpoint (no {checkpoint.STATE_FILE})")
     import_paddle(cfg.runner.threads)
     net = build_net(cfg)
-    model_state, _ = checkpoint.load(checkpoint.Checkpoint(path, 0, {}))
+    model_state, _ = checkpoint.load(checkpoint.at_path(path))  # verified: checksums
     load_net_state(net, model_state, f"checkpoint {path}")
     net.eval()
     return net_predictor(net)

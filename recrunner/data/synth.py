@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from recrunner import atomic
 from recrunner.config.dataset import SchemaConfig
 from recrunner.data.schema import load_schema_config, resolve_columns
 
@@ -182,9 +183,8 @@ def generate(path: str | Path, rows: int, seed: int, split: int, base_ctr: float
     columns = resolve_columns(schema)
     names = [f.name for f in schema.sparse]
     truth = np.empty(rows, np.float32)
-    tmp = path.with_name(path.name + ".tmp")
     options = pacsv.WriteOptions(include_header=False, delimiter=delimiter, quoting_style="none")
-    with pa.OSFile(str(tmp), "wb") as sink:
+    with atomic.writing(path, "data") as tmp, pa.OSFile(str(tmp), "wb") as sink:
         if header:
             sink.write((delimiter.join(columns) + "\n").encode())
         for start in range(0, rows, CHUNK_ROWS):
@@ -208,8 +208,10 @@ def generate(path: str | Path, rows: int, seed: int, split: int, base_ctr: float
                         model.category_strings(vocab, cats[j]) if f.multi_value is None
                         else model.multi_strings(vocab, cats[j], f.multi_value))
             pacsv.write_csv(pa.table({c: data[c] for c in columns}), sink, options)
-    np.save(str(path) + ".truth.npy", truth)
-    tmp.rename(path)
+        # The truth before the rows: a data file in place always has its truth.
+        with atomic.writing(str(path) + ".truth.npy", "data") as truth_tmp, \
+                open(truth_tmp, "wb") as fh:
+            np.save(fh, truth)
 
 
 def truth_path(data_path: str) -> Path:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from recrunner import atomic
 from recrunner.export.spec import MODEL_PREFIX
 
 # Input arrays in the export's input order -> click probabilities, float32 [N].
@@ -93,20 +94,17 @@ def onnx_file(model_dir: Path) -> Path:
 
     for folder in _onnx_folders(model_dir):
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f".{ONNX_FILE}.{os.getpid()}.tmp"
-            with _quiet_fds() as log_path:
+            with atomic.writing(folder / ONNX_FILE, "onnx") as tmp, _quiet_fds() as log_path:
                 try:
                     paddle2onnx.export(str(model_dir / f"{MODEL_PREFIX}.json"), str(params),
                                        str(tmp), opset_version=13)
                 finally:
                     tail = log_path.read_text(errors="replace")[-400:]
                     log_path.unlink()
-            if not tmp.is_file():
-                raise RuntimeError(f"paddle2onnx wrote nothing: {tail}")
-            os.replace(tmp, folder / ONNX_FILE)
+                if not tmp.is_file():
+                    raise RuntimeError(f"paddle2onnx wrote nothing: {tail}")
             return folder / ONNX_FILE
-        except PermissionError:
+        except (PermissionError, atomic.WriteError):
             continue
     raise RuntimeError(f"cannot write {ONNX_FILE} next to {model_dir} or in the temp dir")
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from recrunner import manifest
 from recrunner.data.schema import Schema
-from recrunner.errors import RecrunnerError
+from recrunner.errors import RecrunnerError, one_line
 from recrunner.export.check import Probe, export_schema, select_engine
 from recrunner.export.engines import PredictFn, paddle_predict
 from recrunner.export.spec import META_FILE, PROBE_FILE, as_inputs, batch_inputs, input_names
@@ -47,11 +48,20 @@ class ExportedModel:
 
 
 def read_meta(export_dir: Path) -> dict[str, Any]:
+    """export.json, after checking the files it lists against their checksums."""
     meta_path = export_dir / META_FILE
     if not meta_path.is_file():
         raise RecrunnerError(f"{export_dir} is not a recrunner export (no {META_FILE}); "
                              "train first or point at <runner.output_dir>/export")
-    return json.loads(meta_path.read_text())
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        raise RecrunnerError(f"{meta_path}: unreadable: {exc}") from exc
+    if not isinstance(meta, dict) or not isinstance(meta.get("inputs"), list) or \
+            not all(isinstance(s, dict) and "name" in s for s in meta["inputs"]):
+        raise RecrunnerError(f"{meta_path}: not an export's description (no list of inputs)")
+    manifest.check(export_dir, meta.get("files"), meta_path)
+    return meta
 
 
 def load_export(export_dir: str | Path, threads: int = 1, verify: bool = True) -> ExportedModel:
@@ -64,8 +74,16 @@ def load_export(export_dir: str | Path, threads: int = 1, verify: bool = True) -
     meta = read_meta(export_dir)
     import_paddle(threads)
     probe_path = export_dir / PROBE_FILE
-    probe = Probe.load(probe_path, input_names(meta)) if probe_path.is_file() else None
-    model = ExportedModel(export_dir, meta, paddle_predictor(export_dir, threads), probe)
+    try:
+        probe = Probe.load(probe_path, input_names(meta)) if probe_path.is_file() else None
+    except Exception as exc:  # numpy's zip and pickle errors (an export without checksums)
+        raise RecrunnerError(f"{probe_path}: unreadable: {one_line(exc)}") from exc
+    try:
+        predictor = paddle_predictor(export_dir, threads)
+    except Exception as exc:  # Paddle's C++ loader: a long traceback naming no file
+        raise RecrunnerError(f"{export_dir}: paddle.inference cannot load the model: "
+                             f"{one_line(exc)}") from exc
+    model = ExportedModel(export_dir, meta, predictor, probe)
     if verify:
         select_engine(export_dir, meta, probe, ("paddle",), threads, model.predictor)
     return model

@@ -3,10 +3,10 @@ output, preprocessing, the per-engine check), swapped into place only once every
 serve it reproduces the trained network."""
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
+from recrunner import atomic, faults, manifest
 from recrunner.data.schema import Schema
 from recrunner.export.check import (
     TOLERANCE,
@@ -16,6 +16,7 @@ from recrunner.export.check import (
     mismatches,
     probe_inputs,
 )
+from recrunner.export.engines import ONNX_FILE
 from recrunner.export.spec import (
     DENSE_INPUT,
     META_FILE,
@@ -31,7 +32,8 @@ def save_export(net: Any, export_dir: str | Path, schema: Schema, model_name: st
                 extra: dict[str, Any] | None = None) -> Path:
     """Save `net` (logits) as a probability model and check it in every engine; replaces
     `export_dir` atomically. ExportCheckError (nothing written) when an engine differs from
-    `net` by more than 1e-5 on the probe."""
+    `net` by more than 1e-5 on the probe; WriteError (the old export intact) when the disk
+    refuses."""
     import paddle
     import paddle.nn.functional as F
     from paddle.static import InputSpec
@@ -51,8 +53,6 @@ def save_export(net: Any, export_dir: str | Path, schema: Schema, model_name: st
             return F.sigmoid(self.inner(None, sparse_ids))
 
     export_dir = Path(export_dir)
-    tmp = export_dir.with_name(export_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     inputs = [{"name": SPARSE_INPUT, "dtype": "int64", "shape": [-1, schema.sparse_width]}]
     if schema.num_dense:
         inputs.insert(0, {"name": DENSE_INPUT, "dtype": "float32",
@@ -68,34 +68,40 @@ def save_export(net: Any, export_dir: str | Path, schema: Schema, model_name: st
     model = WithProbability(net) if schema.num_dense else IdsOnly(net)
     was_training = net.training
     model.eval()
+    atomic.clean_temps(export_dir.parent)
     try:
-        # The reference: the network in memory, in eval mode, before anything is compiled.
-        probe_in = probe_inputs(meta["inputs"], schema)
-        with paddle.no_grad():
-            expected = model(*map(paddle.to_tensor, probe_in)).numpy().reshape(-1)
-        paddle.jit.save(model, str(tmp / MODEL_PREFIX), input_spec=[
-            InputSpec([None if d < 0 else d for d in spec["shape"]], spec["dtype"], spec["name"])
-            for spec in meta["inputs"]])
-        probe = Probe(probe_in, expected)
-        probe.save(tmp / PROBE_FILE, input_names(meta))
-        results = check_engines(tmp, meta, probe)
-        failed = mismatches(results)
-        if failed:
-            raise ExportCheckError(f"export check failed, nothing exported to {export_dir}: "
-                                   f"{failed}")
-        meta["check"] = {"tolerance": TOLERANCE, "probe_rows": len(expected), "engines": results}
-        # export.json last: without it the directory is not an export.
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        # A crash leaves the old export or the new one in place, never half of one.
+        with atomic.writing_dir(export_dir, "export") as tmp:
+            # The reference: the network in memory, in eval mode, before anything compiles.
+            probe_in = probe_inputs(meta["inputs"], schema)
+            with paddle.no_grad():
+                expected = model(*map(paddle.to_tensor, probe_in)).numpy().reshape(-1)
+            paddle.jit.save(model, str(tmp / MODEL_PREFIX), input_spec=[
+                InputSpec([None if d < 0 else d for d in spec["shape"]], spec["dtype"],
+                          spec["name"]) for spec in meta["inputs"]])
+            atomic.check_space(tmp)  # before the check loads a file cut short
+            faults.point("export.model")
+            probe = Probe(probe_in, expected)
+            probe.save(tmp / PROBE_FILE, input_names(meta))
+            results = check_engines(tmp, meta, probe)
+            failed = mismatches(results)
+            if failed:
+                raise ExportCheckError(f"export check failed, nothing exported to "
+                                       f"{export_dir}: {failed}")
+            meta["check"] = {"tolerance": TOLERANCE, "probe_rows": len(expected),
+                             "engines": results}
+            # export.json last, with the checksums of the files it vouches for: without it
+            # the directory is not an export.
+            meta["files"] = manifest.describe(tmp, vouched_files(tmp))
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
     finally:
         net.train() if was_training else net.eval()
-    # Swap in the new export so a crash leaves either the old or the new one in place.
-    old = export_dir.with_name(export_dir.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if export_dir.exists():
-        export_dir.rename(old)
-    tmp.rename(export_dir)
-    shutil.rmtree(old, ignore_errors=True)
     return export_dir
+
+
+def vouched_files(folder: Path) -> list[str]:
+    """The files export.json's checksums cover: the model and the probe (not the ONNX file a
+    server may convert and cache next to them later)."""
+    return sorted(p.name for p in folder.iterdir()
+                  if p.is_file() and (p.name.startswith(f"{MODEL_PREFIX}.") or
+                                      p.name == PROBE_FILE) and p.name != ONNX_FILE)

@@ -29,7 +29,7 @@ def load_geo_copies(cfg: RootConfig, net: Any, table: str) -> checkpoint.Checkpo
                                 model_fingerprint(cfg))
     if ckpt is None:
         return None
-    state = paddle.load(str(ckpt.path / checkpoint.MODEL_FILE))
+    state, _ = checkpoint.load(ckpt)  # verified against state.json's checksums
     names = {key: p.name for key, p in net.state_dict().items()}
     names[TABLE_KEY] = table
     scope = paddle.static.global_scope()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recrunner import atomic
 from recrunner.config.compose import to_yaml
 from recrunner.config.schema import RootConfig
 from recrunner.fleet import status
@@ -204,8 +205,7 @@ def launch(cfg: RootConfig) -> dict[str, Any]:
     for attempt in range(attempts):
         run_cfg = local_run_config(cfg, out, resume)
         config_file = out / "dist" / "config.yaml"
-        config_file.parent.mkdir(parents=True, exist_ok=True)
-        config_file.write_text(to_yaml(run_cfg))
+        atomic.write_text(config_file, to_yaml(run_cfg), "config")
         log_dir = out / ("logs" if attempt == 0 else f"logs-restart{attempt}")
         log_dir.mkdir(parents=True, exist_ok=True)
         status.clear(out)
@@ -223,7 +223,7 @@ def launch(cfg: RootConfig) -> dict[str, Any]:
         if outcome.ok:
             return json.loads(summary_file.read_text())
         if attempt + 1 < attempts:
-            last = checkpoint.latest(out)
+            last = checkpoint.latest(out, verify=True)
             print(f"recrun train: {str(cfg.mode.name)} job failed: {outcome.message}; restarting "
                   f"({attempt + 1}/{cfg.mode.max_restarts}) from "
                   f"{'checkpoint ' + str(last.epoch) if last else 'the start'}",

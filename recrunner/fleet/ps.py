@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from recrunner import atomic, faults
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.reader import unshard
@@ -133,9 +134,9 @@ class PsTrainerGroup(LocalGroup):
         """Every trainer's array, rank order."""
         self._round += 1
         self.exchange.mkdir(parents=True, exist_ok=True)
-        tmp = self.exchange / f".{self._round}.{self.rank}.npy"
-        np.save(tmp, values)
-        tmp.replace(self.exchange / f"{self._round}.{self.rank}.npy")
+        with atomic.writing(self.exchange / f"{self._round}.{self.rank}.npy", "exchange") \
+                as tmp, open(tmp, "wb") as fh:
+            np.save(fh, values)
         self.barrier()
         parts = [np.load(self.exchange / f"{self._round}.{r}.npy") for r in range(self.world)]
         self.barrier()  # everyone has read: the files may go
@@ -320,7 +321,16 @@ class PsEngine:
         """The servers save their tables with their optimizer states (for resume) beside the
         checkpoint as <epoch>.ps/; the checkpoint holds the Net (for eval and export)."""
         ps_dir = checkpoint_root / f"{epoch}.ps"
-        self.fleet.save_persistables(self.exe, str(ps_dir))  # barriers inside
+        # Saved aside, then put in place whole by the writer (atomic.adopt_dir): a server or
+        # trainer killed mid-save leaves no half table under a checkpoint's name.
+        saving = checkpoint_root / f".{epoch}.ps.saving"
+        if self.group.is_writer:
+            atomic.remove(saving)  # a killed job's
+        self.group.barrier()
+        faults.point("ps_tables.begin")
+        self.fleet.save_persistables(self.exe, str(saving))  # barriers inside
+        if self.group.is_writer:
+            atomic.adopt_dir(saving, ps_dir, "ps_tables")
         # numpy arrays: paddle.load gives them back and Net.set_state_dict takes them.
         net = self.net_state() if self.group.is_writer else {}
         return ModelState(net, {}, {"ps_tables": ps_dir.name, "mode": "ps"})
@@ -349,8 +359,8 @@ class PsEngine:
         from recrunner.fleet import rebuild
 
         dist = self.out / "dist"
-        (dist / rebuild.CONFIG).write_text(to_yaml(self.cfg))
-        (dist / rebuild.EXTRA).write_text(json.dumps(extra))
+        atomic.write_text(dist / rebuild.CONFIG, to_yaml(self.cfg), "config")
+        atomic.write_text(dist / rebuild.EXTRA, json.dumps(extra), "config")
         rebuild.rebuild_in_subprocess(self.out, ckpt.path / MODEL_FILE, self.cfg.mode.timeout_s)
         return export_dir
 

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from recrunner import atomic
 from recrunner.config.dataset import DatasetConfig
 from recrunner.data.batch import Batch
 from recrunner.data.errors import RowErrors
@@ -85,5 +86,6 @@ def convert_shard(cfg: DatasetConfig, spec: str, pre: Schema, errors: RowErrors,
             rows += take
     if writer is not None:
         writer.close()
-    manifest.write_text(json.dumps({"fingerprint": fingerprint, "files": files, "rows": rows}))
+    atomic.write_text(manifest, json.dumps({"fingerprint": fingerprint, "files": files,
+                                            "rows": rows}), "slots")
     return [str(out_dir / f) for f in files], rows

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recrunner import atomic
+
 RUNNING, DONE, FAILED = "running", "done", "failed"
 
 
@@ -32,11 +34,11 @@ class ProcessStatus:
 def write(output_dir: str | Path, role: str, index: int, state: str, message: str = "") -> None:
     d = status_dir(output_dir)
     d.mkdir(parents=True, exist_ok=True)
-    final = d / f"{role}.{index}.json"
-    tmp = d / f".{role}.{index}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"role": role, "index": index, "pid": os.getpid(), "state": state,
-                               "message": message, "time": time.time()}))
-    tmp.replace(final)  # atomic: the launcher never reads half a file
+    # atomic: the launcher never reads half a file
+    atomic.write_text(d / f"{role}.{index}.json",
+                      json.dumps({"role": role, "index": index, "pid": os.getpid(),
+                                  "state": state, "message": message, "time": time.time()}),
+                      "status")
 
 
 def read_all(output_dir: str | Path) -> list[ProcessStatus]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from recrunner import atomic
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
 from recrunner.export import (
@@ -60,15 +61,13 @@ def write_bundle(model_dir: Path) -> Path:
                              "first, or set serving.model_dir / runner.output_dir")
     text = prototxt(json.loads((model_dir / META_FILE).read_text()))
     for name in (SERVER_CONF, CLIENT_CONF):
-        (model_dir / name).write_text(text)
+        atomic.write_text(model_dir / name, text, "bundle")
     tar_path = model_dir.parent / BUNDLE
-    tmp = tar_path.with_name(tar_path.name + ".tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
+    with atomic.writing(tar_path, "bundle") as tmp, tarfile.open(tmp, "w:gz") as tar:
         for name in (f"{MODEL_PREFIX}.json", f"{MODEL_PREFIX}.pdiparams", META_FILE, SERVER_CONF,
                      CLIENT_CONF, PROBE_FILE):
             if name != PROBE_FILE or (model_dir / name).is_file():  # older exports lack it
                 tar.add(model_dir / name, arcname=name)
-    tmp.replace(tar_path)
     return tar_path
 
 

@@ -2,7 +2,6 @@
 static graph over parameter servers), it owns the run directory, resume, evaluation,
 checkpoints, the export and the summary, so every mode writes the same run the same way."""
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from recrunner import atomic
 from recrunner.config.runner import ExportChoice
 from recrunner.config.schema import RootConfig
 from recrunner.data.reader import Shard
@@ -48,13 +48,16 @@ class RunDriver:
     def restore(self) -> None:
         ckpt = checkpoint.to_resume(self.out, self.cfg.runner.resume,
                                     model_fingerprint(self.cfg))
+        if ckpt is not None:
+            self.progress.resume(ckpt)
+        if self.group.is_writer:
+            self.progress.forget_records_after(self.out)
         if ckpt is None:
             if self.cfg.runner.resume:
                 log.info("runner.resume=true but no checkpoint in %s: starting fresh", self.out)
             return
         net_state, opt_state = checkpoint.load(ckpt)
         self.engine.restore(ckpt, ModelState(net_state, opt_state, ckpt.state))
-        self.progress.resume(ckpt)
         log.info("resumed from %s (epoch %d, step %d)", ckpt.path, ckpt.epoch,
                  self.progress.step)
 
@@ -200,8 +203,10 @@ class RunDriver:
                                             "trained_by": f"mode={self.cfg.mode.name}"},
                                checkpoint.at_epoch(self.out, self.exported_epoch))
             # The final predictions, to compare any path (an export, a server) against.
-            np.savez(self.out / PREDICTIONS, label=self.labels, prob=self.probs)
-            (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
+            with atomic.writing(self.out / PREDICTIONS, "predictions") as tmp, \
+                    open(tmp, "wb") as fh:
+                np.savez(fh, label=self.labels, prob=self.probs)
+            atomic.write_json(self.out / "summary.json", summary, "summary")
             log.info("export %s; %.0f examples/s", export_dir, self.progress.examples_per_sec())
         self.group.barrier()
         return summary

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recrunner import atomic
 from recrunner.train.checkpoint import Checkpoint
 
 
@@ -48,9 +49,20 @@ class Progress:
         """Append one evaluation's line to metrics.jsonl; returns it."""
         row = {"epoch": self.epoch, "step": self.step, "trigger": trigger,
                "train_examples": self.train_examples, **self.train_figures(trigger), **metrics}
-        with open(out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+        atomic.append_line(out / "metrics.jsonl", json.dumps(row), "metrics")
         return row
+
+    def forget_records_after(self, out: Path) -> None:
+        """Drop metrics.jsonl's rows past this progress (the resumed checkpoint's step): a run
+        killed between an evaluation and its checkpoint wrote them, and the resumed run writes
+        them again."""
+        path = out / "metrics.jsonl"
+        if not path.is_file():
+            return
+        lines = path.read_text().splitlines()
+        keep = [line for line in lines if _step(line) <= self.step]
+        if len(keep) != len(lines):
+            atomic.write_text(path, "".join(line + "\n" for line in keep), "metrics")
 
     def train_figures(self, trigger: str) -> dict[str, float]:
         """The training loss and examples/s so far: only epoch rows carry them, as they are
@@ -67,3 +79,11 @@ class Progress:
         return {**metrics, "epochs": self.epoch, "steps": self.step,
                 "train_examples": self.train_examples,
                 "examples_per_sec": self.examples_per_sec(), **fields}
+
+
+def _step(line: str) -> float:
+    """A metrics.jsonl row's step (a torn or foreign line: infinity, so it is dropped)."""
+    try:
+        return float(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return float("inf")

@@ -1,0 +1,104 @@
+"""Fleet jobs (mode=collective, mode=ps) whose writer or parameter server dies while a
+checkpoint is being written: the job restarts from the checkpoint before it, never from a
+half-written one, and ends with verified checkpoints and a complete export."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from recrunner import faults
+from recrunner.train import checkpoint
+from tests.conftest import REPO, SMALL_MODEL
+
+pytestmark = pytest.mark.slow
+# 2 epochs: the restarted processes count their fault points afresh, and pass the armed
+# one (@2) no more.
+TRAIN = [*SMALL_MODEL, "runner.learning_rate=0.01", "runner.epochs=2", "mode.timeout_s=60",
+         "mode.max_restarts=1"]
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    from recrunner.data.synth import generate
+
+    root = tmp_path_factory.mktemp("tiny")
+    generate(root / "train.tsv", 4000, 7, 0)
+    generate(root / "test.tsv", 1000, 7, 1)
+    return [f"dataset.train={root / 'train.tsv'}", f"dataset.test={root / 'test.tsv'}"]
+
+
+def start(run: Path, data: list[str], *extra: str, fault: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "recrunner", "train", *extra, *data, *TRAIN,
+         f"runner.output_dir={run}"], cwd=REPO, env={**os.environ, faults.ENV: fault},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def assert_intact(run: Path) -> None:
+    from recrunner.export import load_export
+
+    assert json.loads((run / "summary.json").read_text())["epochs"] == 2
+    for epoch in (1, 2):
+        checkpoint.load(checkpoint.at_epoch(run, epoch))  # every checksum matches
+    load_export(run / "export")
+
+
+def test_collective_writer_killed_in_a_checkpoint_write_restarts_from_the_one_before(
+        tiny_data: list[str], tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = start(run, tiny_data, "mode=collective", fault="checkpoint.written@2=kill")
+    _, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    assert "trainer 0 (pid" in err and "died" in err
+    assert "restarting (1/1) from checkpoint 1" in err
+    assert_intact(run)
+
+
+def pids(run: Path, role: str) -> list[int]:
+    found = []
+    for f in (run / "dist" / "status").glob(f"{role}.*.json"):
+        try:
+            found.append(json.loads(f.read_text())["pid"])
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def stopped(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
+
+
+def test_ps_server_killed_while_the_tables_are_saved_restarts_from_the_one_before(
+        tiny_data: list[str], tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    # The trainers stop where epoch 2's checkpoint begins; the server dies there.
+    proc = start(run, tiny_data, "mode=ps", fault="ps_tables.begin@2=stop")
+    try:
+        deadline = time.monotonic() + 600
+        while not any(stopped(p) for p in pids(run, "trainer")):
+            assert proc.poll() is None, proc.stderr.read()[-3000:]  # type: ignore[union-attr]
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        server = pids(run, "server")[0]
+        os.kill(server, signal.SIGKILL)
+        time.sleep(0.5)
+        for pid in pids(run, "trainer"):
+            os.kill(pid, signal.SIGCONT)
+        _, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert f"server 0 (pid {server})" in err
+    assert "restarting (1/1) from checkpoint 1" in err
+    assert not (run / "checkpoints" / ".2.ps.saving").exists()
+    assert_intact(run)
