@@ -128,3 +128,104 @@ def test_lost_node_job_finishes_smaller_with_the_same_auc(synth_data: dict[str, 
     assert "world size 2 -> 1 (a node left)" in err
     local_auc = json.loads((tmp_path / "local" / "summary.json").read_text())["auc"]
     assert abs(summary["auc"] - local_auc) < 0.01, (summary["auc"], local_auc)
+
+
+def put_stale_keys(endpoint: str, job_id: str) -> None:
+    """What a finished two-node job leaves in etcd (its heartbeats expire with their lease;
+    the status and the peer list stay): written with etcd's own JSON gateway."""
+    import base64
+    import urllib.request
+
+    from recrunner.fleet.etcd import launcher_job_id
+
+    jid = launcher_job_id(job_id)
+    peer = json.dumps({"name": "gone", "rank": -1, "replicas": 1, "dtype": "cpu",
+                       "candidate": "127.0.0.1:9", "endpoints": "127.0.0.1:9"})
+    for key, value in [(f"/paddle/{jid}", "completed"), (f"/{jid}/info/gone/-1", peer),
+                       (f"/{jid}/info/gone2/-1", peer)]:
+        body = {"key": base64.b64encode(key.encode()).decode(),
+                "value": base64.b64encode(value.encode()).decode()}
+        req = urllib.request.Request(f"http://{endpoint}/v3/kv/put", json.dumps(body).encode())
+        urllib.request.urlopen(req, timeout=5).read()
+
+
+def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
+                                       small_data: dict[str, str], tmp_path: Path) -> None:
+    """Job A starts on one node and a second joins it mid-run; job B (two nodes, a job id
+    whose stale keys a finished job left) runs beside it on the same etcd, undisturbed."""
+    endpoint = etcd_server.endpoint
+    put_stale_keys(endpoint, "reused-id")
+    a_run, b_run = tmp_path / "a", tmp_path / "b"
+    a = start(*elastic(a_run, f"mode.elastic.etcd={endpoint}", "mode.elastic.nodes=1",
+                       "mode.elastic.job_id=job-a", "runner.epochs=2",
+                       "runner.checkpoint_every_steps=10"), *data_overrides(synth_data))
+    b = start(*elastic(b_run, f"mode.elastic.etcd={endpoint}", "mode.elastic.job_id=reused-id"),
+              *data_overrides(small_data))
+    wait_for("job a training", lambda: progress(a_run).get("step", 0) >= 3, proc=a)
+    # Hold job a's trainer until the joining node has registered, so that the join lands
+    # mid-epoch however slowly the new node starts; its launcher's SIGTERM (all restart at
+    # the new size) waits for the trainer too, which then saves where it stopped.
+    [trainer] = [p for p in nodes(a_run).popitem()[1]["pids"][1:] if "recrunner" in
+                 Path(f"/proc/{p}/cmdline").read_text()]
+    os.kill(trainer, signal.SIGSTOP)
+    stopped_at = progress(a_run)["step"]
+    joiner = start(*elastic(a_run, f"mode.elastic.etcd={endpoint}", "mode.elastic.nodes=1",
+                            "mode.elastic.job_id=job-a", "runner.epochs=2",
+                            "runner.checkpoint_every_steps=10", "runner.resume=true"),
+                   *data_overrides(synth_data))
+    from recrunner.fleet.etcd import EtcdKeys, launcher_job_id
+
+    keys = EtcdKeys(endpoint, launcher_job_id("job-a"))
+    try:
+        wait_for("the second node's heartbeat", lambda: len(keys.live_nodes()) == 2)
+    finally:
+        os.kill(trainer, signal.SIGCONT)
+    for proc in (a, joiner, b):
+        rc, _, err = finish(proc)
+        assert rc == 0, err[-3000:]
+    a_summary = json.loads((a_run / "summary.json").read_text())
+    assert a_summary["world_size"] == 2
+    assert [(e["world_size_before"], e["world_size_after"], e["reason"])
+            for e in a_summary["restarts"]] == [(1, 2, "a node joined")]
+    # Saved on SIGTERM where it stopped (not at the last multiple of 10): nothing lost.
+    [event] = a_summary["restarts"]
+    assert event["step"] in (stopped_at, stopped_at + 1) and event["steps_lost"] == 0
+    assert a_summary["steps"] == 2 * 79 and a_summary["train_examples"] == 2 * 20_000
+    b_summary = json.loads((b_run / "summary.json").read_text())
+    assert b_summary["world_size"] == 2 and b_summary["restarts"] == []
+    assert b_summary["steps"] == 24 and b_summary["train_examples"] == 6_000
+
+
+def test_killed_etcd_fails_the_job_in_bounded_time(synth_data: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    job = start(*elastic(run, "mode.elastic.max_nodes=1", "runner.epochs=3"),
+                *data_overrides(synth_data))
+    wait_for("training", lambda: progress(run).get("step", 0) >= 1, proc=job)
+    etcd_pid = next(iter(nodes(run).values()))["etcd_pid"]
+    os.kill(etcd_pid, signal.SIGKILL)
+    killed = time.monotonic()
+    rc, _, err = finish(job, timeout=60)
+    assert rc != 0
+    assert time.monotonic() - killed < 30
+    assert "the etcd server 127.0.0.1:" in err and "exited" in err and "Traceback" not in err
+
+
+def test_missing_etcd_binary_is_a_clear_error(small_data: dict[str, str],
+                                              tmp_path: Path) -> None:
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    proc = recrun("train", *elastic(tmp_path / "run"), *data_overrides(small_data),
+                  env={"PATH": str(bare)})
+    assert proc.returncode != 0
+    assert "no `etcd` binary" in proc.stderr and "apt-get install -y etcd-server" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_elastic_config_is_checked(tmp_path: Path) -> None:
+    proc = recrun("train", "mode=collective", "mode.elastic.min_nodes=3",
+                  "mode.elastic.max_nodes=2", f"runner.output_dir={tmp_path}")
+    assert proc.returncode != 0 and "mode.elastic.min_nodes=3" in proc.stderr
+    proc = recrun("train", "mode=collective", "mode.elastic.max_nodes=2",
+                  "mode.elastic.etcd=etcd-0.etcd.svc:2379x", f"runner.output_dir={tmp_path}")
+    assert proc.returncode != 0 and "is not HOST:PORT" in proc.stderr

@@ -186,6 +186,8 @@ class Supervisor:
         if live:
             say(f"joining elastic job {self.job_id} on etcd {self.endpoint} "
                 f"({len(live)} node(s) alive)")
+        elif self.el.job_id and self.finished_before():
+            return
         else:
             stale = keys.clear()
             if stale:
@@ -195,8 +197,20 @@ class Supervisor:
                 (self.out / "summary.json").unlink(missing_ok=True)
         state_dir(self.out).mkdir(parents=True, exist_ok=True)
 
+    def finished_before(self) -> bool:
+        """A node joining job <id> after it finished: nothing left to do (starting it would
+        run a new one-node job over the finished run)."""
+        try:
+            summary = json.loads((self.out / "summary.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return summary.get("elastic_job_id") == self.job_id
+
     def run(self) -> dict[str, Any]:
         self.prepare()
+        if self.el.job_id and not self.nodes and self.finished_before():
+            say(f"elastic job {self.job_id} has finished already: nothing to join")
+            return self.finished()
         try:
             return self.supervise()
         finally:
