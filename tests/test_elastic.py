@@ -1,6 +1,7 @@
 """Elastic mode=collective on a real etcd server, with real node launchers: a node lost, a
 node joining, the etcd server killed, two jobs on one etcd, a job id reused."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -14,9 +15,11 @@ import pytest
 
 from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("etcd") is None,
-    reason="no `etcd` binary (apt-get install -y etcd-server; .ci/run installs it)")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("etcd") is None, reason="no `etcd` binary (apt-get "
+                       "install -y etcd-server; .ci/run installs it)"),
+    pytest.mark.skipif(importlib.util.find_spec("etcd3") is None,
+                       reason="no etcd3 client (pip install etcd3; the test extra has it)")]
 
 TRAIN = [*SMALL_MODEL, "runner.epochs=1", "mode=collective", "runner.threads=2"]
 
@@ -64,7 +67,8 @@ def wait_for(what: str, check, timeout: float = 180, proc: subprocess.Popen | No
         if value:
             return value
         if proc is not None and proc.poll() is not None:
-            pytest.fail(f"the job ended while waiting for {what}: {proc.stderr.read()[-3000:]}")
+            err = proc.stderr.read() if proc.stderr else ""
+            pytest.fail(f"the job ended while waiting for {what}: {err[-3000:]}")
         time.sleep(0.2)
     pytest.fail(f"timed out waiting for {what}")
 

@@ -351,6 +351,11 @@ def launch_elastic(cfg: RootConfig) -> dict[str, Any]:
     if str(cfg.mode.name) != "collective":
         raise DistError(f"mode.elastic applies to mode=collective, not mode={cfg.mode.name} "
                         "(Paddle's parameter-server mode has no elastic support)")
+    import importlib.util
+
+    if importlib.util.find_spec("etcd3") is None:
+        raise DistError("mode.elastic: Paddle's launcher needs the etcd3 client for an etcd:// "
+                        "rendezvous; install it with `pip install etcd3`")
     return Supervisor(cfg).run()
 
 
