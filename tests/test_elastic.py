@@ -15,11 +15,10 @@ import pytest
 
 from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun
 
-pytestmark = [
-    pytest.mark.skipif(shutil.which("etcd") is None, reason="no `etcd` binary (apt-get "
-                       "install -y etcd-server; .ci/run installs it)"),
-    pytest.mark.skipif(importlib.util.find_spec("etcd3") is None,
-                       reason="no etcd3 client (pip install etcd3; the test extra has it)")]
+needs_etcd = pytest.mark.skipif(
+    shutil.which("etcd") is None or importlib.util.find_spec("etcd3") is None,
+    reason="no `etcd` binary (apt-get install -y etcd-server; .ci/run installs it) or no "
+           "etcd3 client (pip install etcd3; the test extra has it)")
 
 TRAIN = [*SMALL_MODEL, "runner.epochs=1", "mode=collective", "runner.threads=2"]
 
@@ -102,6 +101,7 @@ def elastic(run: Path, *extra: str) -> list[str]:
             "mode.elastic.max_nodes=2", "mode.elastic.wait_s=2", *extra]
 
 
+@needs_etcd
 def test_lost_node_job_finishes_smaller_with_the_same_auc(synth_data: dict[str, str],
                                                            tmp_path: Path) -> None:
     run = tmp_path / "lost"
@@ -153,6 +153,7 @@ def put_stale_keys(endpoint: str, job_id: str) -> None:
         urllib.request.urlopen(req, timeout=5).read()
 
 
+@needs_etcd
 def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
                                        small_data: dict[str, str], tmp_path: Path) -> None:
     """Job A starts on one node and a second joins it mid-run; job B (two nodes, a job id
@@ -200,6 +201,7 @@ def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
     assert b_summary["steps"] == 24 and b_summary["train_examples"] == 6_000
 
 
+@needs_etcd
 def test_killed_etcd_fails_the_job_in_bounded_time(synth_data: dict[str, str],
                                                    tmp_path: Path) -> None:
     run = tmp_path / "run"
@@ -233,3 +235,38 @@ def test_elastic_config_is_checked(tmp_path: Path) -> None:
     proc = recrun("train", "mode=collective", "mode.elastic.max_nodes=2",
                   "mode.elastic.etcd=etcd-0.etcd.svc:2379x", f"runner.output_dir={tmp_path}")
     assert proc.returncode != 0 and "is not HOST:PORT" in proc.stderr
+
+
+def test_cluster_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cluster=k8s: the workers run the node launcher, restart in place, Volcano may start
+    the job with min_nodes pods; the job's own etcd unless one is given."""
+    from recrunner.config.compose import load
+    from recrunner.errors import RecrunnerError
+    from recrunner.k8s import ops
+
+    for var in ("JUICEFS_METAURL", "JUICEFS_ACCESS_KEY", "JUICEFS_SECRET_KEY"):
+        monkeypatch.setenv(var, f"{var.lower()}-value-7781")
+    base = ["cluster=k8s", "cluster.image=r.example.com/recrunner:1", "cluster.namespace=ctr",
+            "cluster.job_name=ctr-job", "mode=collective", "mode.elastic.min_nodes=2",
+            "mode.elastic.max_nodes=4", "cluster.scheduler=volcano"]
+    docs = {d["kind"]: d for d in ops.render(load(base)).docs}
+    job = docs["PaddleJob"]
+    assert job["spec"]["schedulingPolicy"]["minAvailable"] == 2
+    worker = job["spec"]["worker"]
+    assert worker["replicas"] == 4
+    assert worker["template"]["spec"]["restartPolicy"] == "OnFailure"
+    command = worker["template"]["spec"]["containers"][0]["command"]
+    assert command[:3] == ["python", "-m", "paddle.distributed.launch"]
+    master = command[command.index("--master") + 1]
+    # The Service name survives the launcher's strip("etcd://") although the job's starts
+    # with "c".
+    assert master == "etcd://rdzv-ctr-job.ctr.svc:2379"
+    assert master.strip("etcd://") == "rdzv-ctr-job.ctr.svc:2379"  # noqa: B005 - as Paddle
+    assert command[command.index("--nnodes") + 1] == "2:4"
+    assert docs["Service"]["metadata"]["name"] == "rdzv-ctr-job"
+    assert docs["Deployment"]["spec"]["template"]["metadata"]["labels"] == \
+        docs["Service"]["spec"]["selector"]
+    given = {d["kind"] for d in ops.render(load([*base, "mode.elastic.etcd=10.0.0.7:2379"])).docs}
+    assert "Deployment" not in given and "Service" not in given
+    with pytest.raises(RecrunnerError, match="strips a leading 'e'"):
+        ops.render(load([*base, "mode.elastic.etcd=etcd-0.etcd:2379"]))
