@@ -126,8 +126,11 @@ class Tracker:
         if last is None:
             return None
         before = int(last["world_size"])
-        reason = ("a node left" if self.world < before else "a node joined"
-                  if self.world > before else "a trainer failed or was replaced")
+        if last.get("job_id") != self.job_id:
+            reason = "a new run continued the job"
+        else:
+            reason = ("a node left" if self.world < before else "a node joined"
+                      if self.world > before else "a trainer failed or was replaced")
         row = {"trigger": "restart", "time": time.time(), "reason": reason,
                "world_size_before": before, "world_size_after": self.world,
                "last_step": int(last["step"]), "step": resumed_step,

@@ -194,7 +194,7 @@ class Supervisor:
                 say(f"removed {stale} stale key(s) of an earlier job {self.job_id} from etcd")
             if not self.cfg.runner.resume:
                 shutil.rmtree(state_dir(self.out), ignore_errors=True)
-                (self.out / "summary.json").unlink(missing_ok=True)
+            (self.out / "summary.json").unlink(missing_ok=True)  # a new job's, when it ends
         state_dir(self.out).mkdir(parents=True, exist_ok=True)
 
     def finished_before(self) -> bool:
@@ -278,7 +278,7 @@ class Supervisor:
         orphans = node.orphans()
         if orphans:  # a node is one unit, as a pod is: its trainer goes with its launcher
             kill_all(orphans, signal.SIGKILL)
-        if rc == 0 or (self.out / "summary.json").exists():
+        if rc == 0 or self.finished_before():
             node.done = True
             return
         log = node.log_dir / "workerlog.0"
@@ -293,8 +293,6 @@ class Supervisor:
         node.done = True
         others = [n for n in self.nodes if not n.done]
         if not others:
-            if (self.out / "summary.json").exists():
-                return
             raise DistError(f"node {node.index}, the last one here, exited with code {rc} "
                             f"and mode.max_restarts={self.cfg.mode.max_restarts} restarts are "
                             f"used up; log: {log}")
