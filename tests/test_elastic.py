@@ -185,9 +185,13 @@ def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
         wait_for("the second node's heartbeat", lambda: len(keys.live_nodes()) == 2)
     finally:
         os.kill(trainer, signal.SIGCONT)
-    for proc in (a, joiner, b):
-        rc, _, err = finish(proc)
-        assert rc == 0, err[-3000:]
+    errors = {}
+    for name, proc in (("a", a), ("joiner", joiner), ("b", b)):
+        rc, _, errors[name] = finish(proc)
+        assert rc == 0, errors[name][-3000:]
+    assert "removed 3 stale key(s) of an earlier job reused-id" in errors["b"]
+    assert "joining elastic job job-a" in errors["joiner"]
+    assert "world size 1 -> 2 (a node joined)" in errors["a"]
     a_summary = json.loads((a_run / "summary.json").read_text())
     assert a_summary["world_size"] == 2
     assert [(e["world_size_before"], e["world_size_after"], e["reason"])
