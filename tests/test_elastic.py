@@ -105,19 +105,20 @@ def elastic(run: Path, *extra: str) -> list[str]:
 def test_lost_node_job_finishes_smaller_with_the_same_auc(synth_data: dict[str, str],
                                                            tmp_path: Path) -> None:
     run = tmp_path / "lost"
-    job = start(*elastic(run, "mode.max_restarts=0", "runner.checkpoint_every_steps=10"),
-                *data_overrides(synth_data))
-    # The undisturbed run: one process, the same global batches (the elastic engine keeps
-    # the global batch at runner.batch_size whatever the world size).
-    local = recrun("train", *SMALL_MODEL, "runner.epochs=1", *data_overrides(synth_data),
-                   f"runner.output_dir={tmp_path / 'local'}")
-    assert local.returncode == 0, local.stderr[-3000:]
+    job = start(*elastic(run, "runner.checkpoint_every_steps=10"), *data_overrides(synth_data))
+    # The undisturbed run, alongside: one process, the same global batches (the elastic
+    # engine keeps the global batch at runner.batch_size whatever the world size).
+    local = start(*SMALL_MODEL, "runner.epochs=1", *data_overrides(synth_data),
+                  f"runner.output_dir={tmp_path / 'local'}")
     wait_for("step 25 at world size 2",
              lambda: progress(run).get("world_size") == 2 and progress(run)["step"] >= 25,
              proc=job)
     kill_node(run, next(k for k in nodes(run) if k.endswith("/1")))
     rc, _, err = finish(job)
     assert rc == 0, err[-3000:]
+    assert "node 1 was killed (signal 9): the job goes on without it" in err
+    rc, _, local_err = finish(local)
+    assert rc == 0, local_err[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["world_size"] == 1
     # Every row of the epoch trained once: 20000 rows in ceil(20000/256) steps.

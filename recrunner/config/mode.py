@@ -33,6 +33,10 @@ class ElasticConfig:
     wait_s: int = 5
     # Seconds the etcd server may be unreachable before the job fails.
     etcd_timeout_s: int = 20
+    # Restarts (job-wide) of node launchers that exited non-zero by themselves (Paddle's does
+    # when its trainer died, or its heartbeat lapsed in a rendezvous). A node killed by a
+    # signal is not restarted: it is lost, and the job goes on without it.
+    node_restarts: int = 10
 
     @property
     def enabled(self) -> bool:
@@ -40,7 +44,7 @@ class ElasticConfig:
 
     def __post_init__(self) -> None:
         at_least("mode.elastic", self, min_nodes=1, max_nodes=0, nodes=1, wait_s=1,
-                 etcd_timeout_s=1)
+                 etcd_timeout_s=1, node_restarts=0)
         if self.enabled and self.min_nodes > self.max_nodes:
             raise ValueError(f"mode.elastic.min_nodes={self.min_nodes} is more than "
                              f"mode.elastic.max_nodes={self.max_nodes}")

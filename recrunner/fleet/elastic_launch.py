@@ -165,7 +165,7 @@ class Supervisor:
         self.endpoint = ""
         self.job_id = self.el.job_id or default_job_id(cfg)
         self.nodes: list[Node] = []
-        self.restarts_left = cfg.mode.max_restarts
+        self.restarts_left = self.el.node_restarts
         self.events_seen = 0
 
     def prepare(self) -> None:
@@ -282,24 +282,31 @@ class Supervisor:
             node.done = True
             return
         log = node.log_dir / "workerlog.0"
+        if rc < 0:
+            # Killed from outside (a preempted machine, an operator): that node is gone; the
+            # others go on without it. Locally nothing brings it back (on a cluster, the pod's
+            # replacement does); another `recrun train` may join in its place.
+            node.done = True
+            others = [n for n in self.nodes if not n.done]
+            if not others:
+                raise DistError(f"node {node.index}, the last one here, was killed "
+                                f"(signal {-rc}); log: {log}; continue with runner.resume=true")
+            say(f"node {node.index} was killed (signal {-rc}): the job goes on without it, "
+                f"{len(others)} node(s) here")
+            return
+        # Exited by itself: Paddle's launcher does when its own trainer died, or when its
+        # heartbeat lapsed during a rendezvous; it comes back, a bounded number of times.
         if self.restarts_left > 0:
             self.restarts_left -= 1
+            used = self.el.node_restarts - self.restarts_left
             say(f"node {node.index} exited with code {rc} (log: {log}); restarting it "
-                f"({self.cfg.mode.max_restarts - self.restarts_left}/"
-                f"{self.cfg.mode.max_restarts}, mode.max_restarts)")
+                f"({used}/{self.el.node_restarts}, mode.elastic.node_restarts)")
             node.start(cmd, env, cwd)
             self.write_nodes()
             return
-        node.done = True
-        others = [n for n in self.nodes if not n.done]
-        if not others:
-            raise DistError(f"node {node.index}, the last one here, exited with code {rc} "
-                            f"and mode.max_restarts={self.cfg.mode.max_restarts} restarts are "
-                            f"used up; log: {log}")
-        say(f"node {node.index} exited with code {rc} (log: {log}); not restarted "
-            f"(mode.max_restarts={self.cfg.mode.max_restarts} used up): the job goes on with "
-            f"{len(others)} node(s) here")
-        node.done = True
+        raise DistError(f"node {node.index} exited with code {rc} and the "
+                        f"mode.elastic.node_restarts={self.el.node_restarts} restarts are used "
+                        f"up; log: {log}")
 
     def write_nodes(self) -> None:
         """Which processes make up each node (for operators, tests and benchmarks)."""
