@@ -105,11 +105,14 @@ def elastic(run: Path, *extra: str) -> list[str]:
 def test_lost_node_job_finishes_smaller_with_the_same_auc(synth_data: dict[str, str],
                                                            tmp_path: Path) -> None:
     run = tmp_path / "lost"
-    job = start(*elastic(run, "runner.checkpoint_every_steps=10"), *data_overrides(synth_data))
+    # Batches of 128: 157 steps, a wide window for the kill to land mid-epoch on a busy
+    # machine.
+    job = start(*elastic(run, "runner.checkpoint_every_steps=10", "runner.batch_size=128"),
+                *data_overrides(synth_data))
     # The undisturbed run, alongside: one process, the same global batches (the elastic
     # engine keeps the global batch at runner.batch_size whatever the world size).
-    local = start(*SMALL_MODEL, "runner.epochs=1", *data_overrides(synth_data),
-                  f"runner.output_dir={tmp_path / 'local'}")
+    local = start(*SMALL_MODEL, "runner.epochs=1", "runner.batch_size=128",
+                  *data_overrides(synth_data), f"runner.output_dir={tmp_path / 'local'}")
     wait_for("step 25 at world size 2",
              lambda: progress(run).get("world_size") == 2 and progress(run)["step"] >= 25,
              proc=job)
@@ -121,8 +124,8 @@ def test_lost_node_job_finishes_smaller_with_the_same_auc(synth_data: dict[str, 
     assert rc == 0, local_err[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["world_size"] == 1
-    # Every row of the epoch trained once: 20000 rows in ceil(20000/256) steps.
-    assert summary["steps"] == 79 and summary["train_examples"] == 20_000
+    # Every row of the epoch trained once: 20000 rows in ceil(20000/128) steps.
+    assert summary["steps"] == 157 and summary["train_examples"] == 20_000
     [event] = summary["restarts"]
     assert restarts(run)[0]["steps_lost"] == event["steps_lost"]  # metrics.jsonl too
     assert (event["world_size_before"], event["world_size_after"]) == (2, 1)
