@@ -236,13 +236,22 @@ def test_missing_etcd_binary_is_a_clear_error(small_data: dict[str, str],
     assert "Traceback" not in proc.stderr
 
 
-def test_elastic_config_is_checked(tmp_path: Path) -> None:
-    proc = recrun("train", "mode=collective", "mode.elastic.min_nodes=3",
-                  "mode.elastic.max_nodes=2", f"runner.output_dir={tmp_path}")
-    assert proc.returncode != 0 and "mode.elastic.min_nodes=3" in proc.stderr
-    proc = recrun("train", "mode=collective", "mode.elastic.max_nodes=2",
-                  "mode.elastic.etcd=etcd-0.etcd.svc:2379x", f"runner.output_dir={tmp_path}")
-    assert proc.returncode != 0 and "is not HOST:PORT" in proc.stderr
+def test_elastic_config_is_checked() -> None:
+    from recrunner.config.compose import load
+    from recrunner.errors import RecrunnerError
+    from recrunner.fleet.etcd import resolve_endpoint
+    from recrunner.fleet.roles import DistError
+
+    with pytest.raises(RecrunnerError, match="mode.elastic.min_nodes=3 is more than"):
+        load(["mode=collective", "mode.elastic.min_nodes=3", "mode.elastic.max_nodes=2"])
+    with pytest.raises(RecrunnerError, match="mode.elastic.job_id='a/b'"):
+        load(["mode=collective", "mode.elastic.max_nodes=2", "mode.elastic.job_id=a/b"])
+    with pytest.raises(DistError, match="is not HOST:PORT"):
+        resolve_endpoint("etcd-0.etcd.svc:2379x")
+    with pytest.raises(DistError, match="without a scheme"):
+        resolve_endpoint("http://10.0.0.1:2379")
+    # A name is resolved to an address the launcher's strip("etcd://") cannot mangle.
+    assert resolve_endpoint("localhost:2379") == "127.0.0.1:2379"
 
 
 def test_cluster_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
