@@ -253,12 +253,10 @@ def test_elastic_config_is_checked() -> None:
     # A name is resolved to an address the launcher's strip("etcd://") cannot mangle.
     assert resolve_endpoint("localhost:2379") == "127.0.0.1:2379"
     # Mid-epoch checkpoints need an engine that knows its position in the epoch.
-    from pathlib import Path as P
-
     from recrunner.train.midepoch import MidEpoch
 
     with pytest.raises(RecrunnerError, match="runner.checkpoint_every_steps/_seconds need"):
-        MidEpoch(load(["runner.checkpoint_every_steps=5"]), P("."), object(), True, {})
+        MidEpoch(load(["runner.checkpoint_every_steps=5"]), Path("."), object(), True, {})
 
 
 def test_cluster_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
