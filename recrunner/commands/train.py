@@ -70,7 +70,11 @@ def run_fleet(cfg: RootConfig) -> dict | None:
         from recrunner.fleet.worker import run_worker
 
         return run_worker(cfg)
+    ensure_dataset(cfg.dataset)
+    if cfg.mode.elastic.enabled:
+        from recrunner.fleet.elastic_launch import launch_elastic
+
+        return launch_elastic(cfg)
     from recrunner.fleet.launcher import launch
 
-    ensure_dataset(cfg.dataset)
     return launch(cfg)

@@ -32,9 +32,14 @@ class RunnerConfig:
     export: ExportChoice = ExportChoice.best
     # Stop after this many epochs without a better test AUC (None: train every epoch).
     early_stop_patience: int | None = None
+    # Also checkpoint within an epoch (exact data position) every N steps and/or seconds, so a
+    # restart loses at most that much (elastic mode=collective; None: at epoch ends only).
+    checkpoint_every_steps: int | None = None
+    checkpoint_every_seconds: float | None = None
 
     def __post_init__(self) -> None:
         at_least("runner", self, epochs=1, batch_size=1, eval_batch_size=1, threads=1,
-                 log_every_steps=1, eval_steps=1, early_stop_patience=1)
-        positive("runner", self, "learning_rate")
+                 log_every_steps=1, eval_steps=1, early_stop_patience=1,
+                 checkpoint_every_steps=1)
+        positive("runner", self, "learning_rate", "checkpoint_every_seconds")
         within("runner", self, "target_auc", 0.0, 1.0)

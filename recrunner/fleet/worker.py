@@ -53,7 +53,11 @@ def run_worker(cfg: RootConfig) -> dict[str, Any] | None:
                         format=f"%(asctime)s {role.name} %(name)s %(levelname)s: %(message)s",
                         force=True)  # paddle's import may have configured the root logger
     try:
-        if mode == "collective":
+        if mode == "collective" and cfg.mode.elastic.enabled:
+            from recrunner.fleet.elastic import run_elastic
+
+            summary = run_elastic(cfg, role)
+        elif mode == "collective":
             from recrunner.fleet.collective import run_collective
 
             summary = run_collective(cfg, role)

@@ -30,6 +30,9 @@ KINDS = (
     Kind("v1", "ConfigMap"),
     Kind(SAMPLE_API, "SampleSet", keep_data=True, install=OPERATOR_CRDS),
     Kind(SAMPLE_API, "SampleJob", install=OPERATOR_CRDS),
+    # mode.elastic without mode.elastic.etcd: the job's own etcd (recrunner.k8s.elastic).
+    Kind("apps/v1", "Deployment"),
+    Kind("v1", "Service"),
     Kind(PADDLE_API, "PaddleJob", install=OPERATOR_CRDS),
     Kind(SERVING_API, "PaddleService", install=SERVING_CRDS),  # `recrun serve cluster=k8s`
 )

@@ -14,6 +14,7 @@ import yaml
 from recrunner.config.cluster import ClusterConfig, RoleResources, Scheduler, Toleration
 from recrunner.config.mode import ModeName
 from recrunner.config.schema import RootConfig
+from recrunner.k8s import elastic
 from recrunner.k8s.kinds import PADDLE_API, SAMPLE_API, SUBMIT_ORDER
 from recrunner.k8s.validate import to_dns_label
 
@@ -35,6 +36,7 @@ class Names:
     pvc: str
     sampleset: str | None
     samplejob: str | None
+    etcd: str | None = None  # mode.elastic's own etcd Deployment and Service
 
 
 def job_name(cfg: RootConfig) -> str:
@@ -57,6 +59,8 @@ def names_for(cfg: RootConfig) -> Names:
         pvc=f"{job}-models",
         sampleset=ss.name or None,
         samplejob=f"{job}-{ss.job}" if has_job else None,
+        etcd=elastic.etcd_service_name(job) if cfg.mode.elastic.enabled
+        and cfg.mode.elastic.etcd is None else None,
     )
 
 
@@ -325,7 +329,12 @@ def render(cfg: RootConfig, secret_data: dict[str, str] | None) -> list[dict[str
         docs.append(sampleset(cfg, names))
     if names.samplejob:
         docs.append(samplejob(cfg, names))
-    docs.append(paddlejob(cfg, names))
+    job = paddlejob(cfg, names)
+    if cfg.mode.elastic.enabled:
+        elastic.adapt_paddlejob(cfg, job, names.namespace)
+        if names.etcd:
+            docs += elastic.etcd_documents(names.job, names.namespace, labels(names, "etcd"))
+    docs.append(job)
     return sorted(docs, key=lambda doc: SUBMIT_ORDER.index(doc["kind"]))  # the table decides
 
 

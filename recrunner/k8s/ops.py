@@ -107,7 +107,8 @@ def targets(cfg: RootConfig, names: Names, keep_data: bool) -> list[Ref]:
     created = {"Secret": names.secret if cfg.cluster.juicefs.create_secret else None,
                "PersistentVolume": names.pv, "PersistentVolumeClaim": names.pvc,
                "ConfigMap": names.configmap, "SampleSet": names.sampleset,
-               "SampleJob": names.samplejob, "PaddleJob": names.job}
+               "SampleJob": names.samplejob, "Deployment": names.etcd, "Service": names.etcd,
+               "PaddleJob": names.job}
     return [Ref.to(kind, name, names.namespace) for kind in reversed(SUBMIT_ORDER)
             if (name := created[kind]) and not (keep_data and BY_NAME[kind].keep_data)]
 

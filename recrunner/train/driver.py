@@ -15,11 +15,12 @@ from recrunner.config.schema import RootConfig
 from recrunner.data.reader import Shard
 from recrunner.errors import Interrupted
 from recrunner.loggers import Loggers
-from recrunner.train import checkpoint
+from recrunner.train import checkpoint, midepoch
 from recrunner.train.build import model_fingerprint
 from recrunner.train.engine import Engine, ModelState
 from recrunner.train.group import LocalGroup
 from recrunner.train.metrics import evaluate_test_set
+from recrunner.train.midepoch import MidEpoch
 from recrunner.train.progress import Progress
 from recrunner.train.reading import Reader
 
@@ -43,11 +44,15 @@ class RunDriver:
         self.labels = self.probs = np.empty(0, np.float32)
         self.exported_epoch = 0
         self.whole_test: Reader | None = None  # the writer's reader of all test rows
+        self.mid_epoch = MidEpoch(cfg, self.out, engine, group.is_writer,
+                                  model_fingerprint(cfg))
 
     # --- state -------------------------------------------------------------------------
     def restore(self) -> None:
         ckpt = checkpoint.to_resume(self.out, self.cfg.runner.resume,
                                     model_fingerprint(self.cfg))
+        if self.mid_epoch.enabled and self.cfg.runner.resume:
+            ckpt = midepoch.newest(self.out, ckpt)
         if ckpt is not None:
             self.progress.resume(ckpt)
         if self.group.is_writer:
@@ -117,8 +122,11 @@ class RunDriver:
         first_step = progress.step
         eval_seconds = 0.0
 
+        self.mid_epoch.epoch_start()
+
         def on_step(step: int) -> None:
             nonlocal eval_seconds
+            self.mid_epoch.after_step(progress, first_step + step, self.engine_rows())
             if every and (first_step + step) % every == 0:
                 start = time.perf_counter()
                 progress.step = first_step + step
@@ -149,11 +157,16 @@ class RunDriver:
                 self.progress.improved(metrics["auc"])
                 self.record(metrics)
                 self.save_checkpoint()
+                self.mid_epoch.clear()
         except KeyboardInterrupt:
             raise Interrupted(self.interrupted_message()) from None
         finally:
             self.loggers.close()
         return self.finish(self.final_metrics(metrics))
+
+    def engine_rows(self) -> int:
+        """Rows the job trained so far in this epoch (engines that resume mid-epoch)."""
+        return int(getattr(self.engine, "epoch_rows", 0))
 
     def stop_early(self) -> bool:
         patience, progress = self.cfg.runner.early_stop_patience, self.progress

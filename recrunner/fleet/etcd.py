@@ -1,0 +1,161 @@
+"""The etcd server an elastic job rendezvouses through: its address as Paddle's launcher can
+take it, a local server in the run directory, its health, and the job's keys.
+
+Key operations go through etcd's own v3 JSON gateway (HTTP), so this process needs neither
+the `etcd3` client nor its protobuf workaround; the node launchers use `etcd3` themselves.
+"""
+
+import base64
+import contextlib
+import ipaddress
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from recrunner.fleet.roles import DistError, free_ports
+
+INSTALL_HINT = ("install it with `apt-get install -y etcd-server` (Debian/Ubuntu) or from "
+                "https://github.com/etcd-io/etcd/releases, or pass mode.elastic.etcd=HOST:PORT")
+START_TIMEOUT_S = 20.0
+
+
+def resolve_endpoint(spec: str) -> str:
+    """`HOST:PORT` -> `IP:PORT`. Paddle 3.0's launcher parses `etcd://HOST:PORT` with
+    str.strip("etcd://"), which also eats a host name's leading/trailing e, t, c, d, / or :
+    characters (`etcd-0.etcd` -> `-0.`): an IP address survives, so names are resolved here."""
+    host, sep, port = spec.strip().rpartition(":")
+    if spec.startswith(("http://", "https://", "etcd://")):
+        raise DistError(f"mode.elastic.etcd={spec!r}: give HOST:PORT without a scheme (the "
+                        "launcher speaks plain HTTP to one endpoint)")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise DistError(f"mode.elastic.etcd={spec!r} is not HOST:PORT")
+    if "," in spec:
+        raise DistError(f"mode.elastic.etcd={spec!r}: Paddle's launcher takes one endpoint")
+    try:
+        ip = str(ipaddress.IPv4Address(host))
+    except ValueError:
+        try:
+            ip = socket.gethostbyname(host)
+        except OSError as exc:
+            raise DistError(f"mode.elastic.etcd={spec!r}: cannot resolve {host!r} ({exc})"
+                            ) from None
+    return f"{ip}:{int(port)}"
+
+
+def healthy(endpoint: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{endpoint}/health", timeout=timeout) as reply:
+            return json.loads(reply.read()).get("health") == "true"
+    except (OSError, ValueError):
+        return False
+
+
+@dataclass
+class LocalEtcd:
+    """An etcd server this run started (its data and log in <run>/dist/etcd)."""
+
+    proc: subprocess.Popen
+    endpoint: str
+    log: Path
+
+    @classmethod
+    def start(cls, run_dir: Path) -> "LocalEtcd":
+        binary = shutil.which("etcd")
+        if binary is None:
+            raise DistError(f"mode.elastic: no `etcd` binary on PATH to start a rendezvous "
+                            f"server; {INSTALL_HINT}")
+        root = run_dir / "dist" / "etcd"
+        shutil.rmtree(root, ignore_errors=True)  # a previous run's members and keys
+        root.mkdir(parents=True)
+        client, peer = free_ports(2)
+        endpoint = f"127.0.0.1:{client}"
+        log = root / "etcd.log"
+        with open(log, "w") as f:
+            proc = subprocess.Popen(
+                [binary, "--name", "recrunner", "--data-dir", str(root / "data"),
+                 "--listen-client-urls", f"http://{endpoint}",
+                 "--advertise-client-urls", f"http://{endpoint}",
+                 "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                 "--initial-cluster", f"recrunner=http://127.0.0.1:{peer}"],
+                stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        server = cls(proc, endpoint, log)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not healthy(endpoint, 0.5):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                server.stop()
+                raise DistError(f"the etcd server did not start (exit code {proc.poll()}); "
+                                f"log: {log}")
+            time.sleep(0.1)
+        return server
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def launcher_job_id(job_id: str) -> str:
+    """The --job_id the launchers get. Paddle deletes `/paddle/<id>` as a key prefix when a
+    node registers, which would also wipe the keys of a job whose id merely starts with <id>
+    (job `a` and job `ab` on one etcd): a terminator that job ids cannot contain prevents it."""
+    return f"{job_id}~"
+
+
+class EtcdKeys:
+    """The keys of one job (Paddle's launcher writes /paddle/<job>, /paddle/<job>/… and
+    /<job>/…), `job_id` as the launchers got it."""
+
+    def __init__(self, endpoint: str, job_id: str) -> None:
+        self.endpoint, self.job_id = endpoint, job_id
+
+    def _call(self, method: str, body: dict) -> dict:
+        req = urllib.request.Request(f"http://{self.endpoint}/v3/kv/{method}",
+                                     json.dumps(body).encode(), method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as reply:
+                return json.loads(reply.read())
+        except (OSError, ValueError) as exc:
+            raise DistError(f"etcd server {self.endpoint}: {method} failed ({exc})") from None
+
+    @staticmethod
+    def _range(prefix: str) -> dict:
+        key = prefix.encode()
+        end = key[:-1] + bytes([key[-1] + 1])  # every key starting with `prefix`
+        return {"key": base64.b64encode(key).decode(), "range_end": base64.b64encode(end).decode()}
+
+    def prefixes(self) -> list[str]:
+        return [f"/paddle/{self.job_id}", f"/{self.job_id}/"]  # the ids end with "~"
+
+    def live_nodes(self) -> list[str]:
+        """Nodes whose heartbeat (a 10 s lease) is current."""
+        reply = self._call("range", self._range(f"/paddle/{self.job_id}/heartbeat/"))
+        return [base64.b64decode(kv["value"]).decode() for kv in reply.get("kvs", [])]
+
+    def clear(self) -> int:
+        """Delete the job's keys (a finished job's leftovers); how many there were."""
+        deleted = 0
+        for prefix in self.prefixes():
+            reply = self._call("deleterange", self._range(prefix))
+            deleted += int(reply.get("deleted", 0))
+        return deleted
+
+
+def stop_quietly(server: LocalEtcd | None) -> None:
+    if server is not None:
+        with contextlib.suppress(OSError):
+            server.stop()

@@ -1,0 +1,107 @@
+"""cluster=k8s with mode.elastic: what the pods need to rendezvous through etcd.
+
+The Paddle Operator's own elastic path (spec.elastic -> PADDLE_ELASTIC_*) is ignored by Paddle
+3.0's launcher and refuses CPU multi-node jobs, so the workers run the launcher themselves,
+exactly as `recrun train` starts each local node: `paddle.distributed.launch --master
+etcd://…`. Rendered here: an etcd Deployment + Service unless mode.elastic.etcd names one,
+max_nodes worker replicas that restart in place when their launcher exits non-zero (it often
+does when its own trainer died), and Volcano's minAvailable at min_nodes.
+"""
+
+from typing import Any
+
+from recrunner.config.cluster import Scheduler
+from recrunner.config.schema import RootConfig
+from recrunner.errors import RecrunnerError
+from recrunner.fleet.etcd import launcher_job_id
+
+ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
+ETCD_PORT = 2379
+# Paddle 3.0's launcher parses etcd://HOST:PORT with str.strip("etcd://"): a host whose first
+# character is one of these is eaten.
+STRIPPED = set("etcd:/")
+
+
+def etcd_service_name(job: str) -> str:
+    # Not "<job>-etcd": a job named e.g. "ctr-…" would start with a character the launcher
+    # strips; "rdzv-" keeps the host intact.
+    return f"rdzv-{job}"[:63].rstrip("-")
+
+
+def endpoint(cfg: RootConfig, job: str, namespace: str) -> str:
+    spec = cfg.mode.elastic.etcd
+    if spec is None:
+        return f"{etcd_service_name(job)}.{namespace}.svc:{ETCD_PORT}"
+    host, sep, port = spec.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise RecrunnerError(f"mode.elastic.etcd={spec!r} is not HOST:PORT")
+    if host[0] in STRIPPED:
+        raise RecrunnerError(
+            f"mode.elastic.etcd={spec!r}: Paddle's launcher strips a leading "
+            f"{host[0]!r} from the host (it parses the address with strip('etcd://')); give "
+            "an IP address or a name that does not start with e, t, c, d")
+    return spec
+
+
+def launcher_command(cfg: RootConfig, job: str, namespace: str, config_path: str) -> list[str]:
+    el = cfg.mode.elastic
+    return ["python", "-m", "paddle.distributed.launch",
+            "--master", f"etcd://{endpoint(cfg, job, namespace)}",
+            "--job_id", launcher_job_id(el.job_id or job),
+            "--nnodes", f"{el.min_nodes}:{el.max_nodes}", "--elastic_level", "1",
+            "--elastic_timeout", str(el.wait_s), "--max_restart", "10000",
+            "--nproc_per_node", "1",
+            "recrun", "train", "--config-file", config_path]
+
+
+def adapt_paddlejob(cfg: RootConfig, job: dict[str, Any], namespace: str) -> None:
+    """The PaddleJob's workers as elastic nodes (in place)."""
+    el = cfg.mode.elastic
+    name = job["metadata"]["name"]
+    worker = job["spec"]["worker"]
+    worker["replicas"] = el.max_nodes
+    pod = worker["template"]["spec"]
+    container = pod["containers"][0]
+    config_path = container["command"][-1]
+    container["command"] = launcher_command(cfg, name, namespace, config_path)
+    container["env"] = [*container["env"],
+                        {"name": "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "value": "python"},
+                        {"name": "RECRUNNER_ELASTIC_JOB", "value": el.job_id or name}]
+    # A node whose launcher exited (its trainer died) comes back in place; a lost pod is
+    # replaced by the operator.
+    pod["restartPolicy"] = "OnFailure"
+    if cfg.cluster.scheduler == Scheduler.volcano:
+        job["spec"]["schedulingPolicy"]["minAvailable"] = el.min_nodes
+
+
+def etcd_documents(job: str, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+    """A one-member etcd for the job's rendezvous (its keys need no persistence: a restarted
+    etcd makes every node register again)."""
+    name = etcd_service_name(job)
+    selector = {**labels, "app.kubernetes.io/component": "etcd"}
+    meta = {"name": name, "namespace": namespace, "labels": selector}
+    url = f"http://0.0.0.0:{ETCD_PORT}"
+    container = {
+        "name": "etcd", "image": ETCD_IMAGE,
+        "command": ["etcd", "--name", "rdzv", "--data-dir", "/var/run/etcd",
+                    "--listen-client-urls", url,
+                    "--advertise-client-urls", f"http://{name}.{namespace}.svc:{ETCD_PORT}"],
+        "ports": [{"containerPort": ETCD_PORT, "name": "client"}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": ETCD_PORT}},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                      "limits": {"cpu": "1", "memory": "512Mi"}},
+        "volumeMounts": [{"name": "data", "mountPath": "/var/run/etcd"}],
+    }
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+        "spec": {"replicas": 1, "selector": {"matchLabels": selector},
+                 "template": {"metadata": {"labels": selector},
+                              "spec": {"containers": [container],
+                                       "volumes": [{"name": "data", "emptyDir": {}}]}}},
+    }
+    service = {
+        "apiVersion": "v1", "kind": "Service", "metadata": meta,
+        "spec": {"selector": selector,
+                 "ports": [{"name": "client", "port": ETCD_PORT, "targetPort": ETCD_PORT}]},
+    }
+    return [deployment, service]

@@ -1,0 +1,118 @@
+"""Checkpoints within an epoch (runner.checkpoint_every_steps / _seconds, and on SIGTERM), at
+the exact position in the epoch's data, so that a restart loses at most that much work.
+
+They live apart from the per-epoch checkpoints (<run>/mid-epoch/checkpoints/<epochs done>/,
+written by the same atomic writer), one at a time: the per-epoch ones stay what `at_epoch`,
+the best-epoch export and `recrun eval` read. The engine must know its position in the epoch
+(`position`: optimizer steps done in it, restored from the checkpoint's `epoch_steps`).
+"""
+
+import logging
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from recrunner.config.schema import RootConfig
+from recrunner.errors import RecrunnerError
+from recrunner.train import checkpoint
+from recrunner.train.checkpoint import Checkpoint
+from recrunner.train.progress import Progress
+
+log = logging.getLogger("recrunner.train")
+# After SIGTERM, how long the step in flight may take before the process exits unsaved (the
+# launcher kills it after 30 s).
+TERM_GRACE_S = 15.0
+
+
+def root(out: Path) -> Path:
+    return out / "mid-epoch"
+
+
+def newest(out: Path, epoch_ckpt: Checkpoint | None) -> Checkpoint | None:
+    """The mid-epoch checkpoint, when it is newer than the newest per-epoch one."""
+    mid = checkpoint.latest(root(out))
+    if mid is None or not mid.state.get("epoch_steps"):
+        return epoch_ckpt
+    if epoch_ckpt is not None and epoch_ckpt.epoch > mid.epoch:
+        return epoch_ckpt  # the epoch it was in has finished since
+    return mid
+
+
+class MidEpoch:
+    """The driver's hook after every optimizer step."""
+
+    def __init__(self, cfg: RootConfig, out: Path, engine: Any, is_writer: bool,
+                 fingerprint: dict[str, Any]) -> None:
+        self.every_steps = cfg.runner.checkpoint_every_steps
+        self.every_s = cfg.runner.checkpoint_every_seconds
+        self.enabled = bool(self.every_steps or self.every_s)
+        if self.enabled and not hasattr(engine, "position"):
+            raise RecrunnerError(
+                f"runner.checkpoint_every_steps/_seconds need an engine that can resume within "
+                f"an epoch: elastic mode=collective (mode.elastic.max_nodes>0), not "
+                f"mode={cfg.mode.name}")
+        self.out, self.engine, self.is_writer = out, engine, is_writer
+        self.fingerprint = fingerprint
+        self.last_save = time.monotonic()
+        self.terminating = threading.Event()
+        self.epoch_started = time.perf_counter()
+
+    def save_on_sigterm(self) -> None:
+        """SIGTERM (the launcher restarting every trainer at a new world size): finish the
+        step in flight, save where it ended, exit. Outside an epoch (evaluating, starting),
+        there is nothing newer than the last checkpoint: exit at once."""
+        def on_term(signum: int, frame: Any) -> None:
+            if not self.enabled or not getattr(self.engine, "in_epoch", False):
+                os._exit(128 + signum)
+            self.terminating.set()
+            threading.Timer(TERM_GRACE_S, os._exit, (128 + signum,)).start()
+
+        signal.signal(signal.SIGTERM, on_term)
+
+    def epoch_start(self) -> None:
+        self.epoch_started = time.perf_counter()
+
+    def after_step(self, progress: Progress, step: int, rows: int) -> None:
+        """`step`: the job's optimizer steps so far; `rows`: rows trained in this epoch."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        due = (self.every_steps and self.engine.position % self.every_steps == 0) or \
+            (self.every_s and now - self.last_save >= self.every_s)
+        if due or self.terminating.is_set():
+            self.save(progress, step, rows)
+            self.last_save = now
+        if self.terminating.is_set():
+            log.info("stopped by SIGTERM after step %d (saved)", step)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + signal.SIGTERM)
+
+    def save(self, progress: Progress, step: int, rows: int) -> None:
+        """The writer saves alone (data-parallel ranks hold identical weights), so a save
+        needs no peer: it works while the others are being stopped."""
+        if not self.is_writer:
+            return
+        state = self.engine.state(checkpoint.checkpoint_root(self.out), progress.epoch)
+        fields = {**progress.checkpoint_state(), **state.extra, "step": step,
+                  "train_examples": progress.train_examples + rows,
+                  "train_seconds": progress.train_seconds
+                  + time.perf_counter() - self.epoch_started,
+                  "fingerprint": self.fingerprint}
+        path = checkpoint.save(root(self.out), progress.epoch, state.net, state.optimizer,
+                               fields)
+        for old in checkpoint.checkpoint_root(root(self.out)).iterdir():
+            if old != path and old.name.isdigit():
+                shutil.rmtree(old, ignore_errors=True)
+        log.info("mid-epoch checkpoint %s (epoch %d, %d steps into it)", path,
+                 progress.epoch + 1, state.extra.get("epoch_steps", 0))
+
+    def clear(self) -> None:
+        """A finished epoch's checkpoint supersedes the mid-epoch one."""
+        if self.enabled and self.is_writer:
+            shutil.rmtree(root(self.out), ignore_errors=True)

@@ -1,0 +1,294 @@
+"""Elastic mode=collective on a real etcd server, with real node launchers: a node lost, a
+node joining, the etcd server killed, two jobs on one etcd, a job id reused."""
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun
+
+needs_etcd = pytest.mark.skipif(
+    shutil.which("etcd") is None or importlib.util.find_spec("etcd3") is None,
+    reason="no `etcd` binary (apt-get install -y etcd-server; .ci/run installs it) or no "
+           "etcd3 client (pip install etcd3; the test extra has it)")
+
+TRAIN = [*SMALL_MODEL, "runner.epochs=1", "mode=collective", "runner.threads=2"]
+
+
+@pytest.fixture(scope="module")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory):
+    """One etcd for the jobs that share it (the jobs that start their own use theirs)."""
+    from recrunner.fleet.etcd import LocalEtcd
+
+    server = LocalEtcd.start(tmp_path_factory.mktemp("etcd"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from recrunner.data.synth import generate
+
+    root = tmp_path_factory.mktemp("elastic-data")
+    generate(root / "train.tsv", 6_000, 7, 0)
+    generate(root / "test.tsv", 2_000, 7, 1)
+    return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
+
+
+def start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "recrunner", "train", *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"timed out; stderr: {err[-3000:]}")
+    return proc.returncode, out, err
+
+
+def wait_for(what: str, check, timeout: float = 180, proc: subprocess.Popen | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            err = proc.stderr.read() if proc.stderr else ""
+            pytest.fail(f"the job ended while waiting for {what}: {err[-3000:]}")
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def progress(run: Path) -> dict:
+    try:
+        return json.loads((run / "dist" / "elastic" / "progress.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def nodes(run: Path) -> dict:
+    from recrunner.fleet.elastic_launch import node_processes
+
+    return node_processes(run)
+
+
+def restarts(run: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["trigger"] == "restart"]
+
+
+def kill_node(run: Path, index: str) -> None:
+    """SIGKILL a node's launcher and trainer together, as a preempted pod goes."""
+    for pid in nodes(run)[index]["pids"]:
+        os.kill(pid, signal.SIGKILL)
+
+
+def elastic(run: Path, *extra: str) -> list[str]:
+    return [*TRAIN, f"runner.output_dir={run}", "mode.elastic.min_nodes=1",
+            "mode.elastic.max_nodes=2", "mode.elastic.wait_s=2", *extra]
+
+
+@needs_etcd
+def test_lost_node_job_finishes_smaller_with_the_same_auc(synth_data: dict[str, str],
+                                                           tmp_path: Path) -> None:
+    run = tmp_path / "lost"
+    # Batches of 128: 157 steps, a wide window for the kill to land mid-epoch on a busy
+    # machine.
+    job = start(*elastic(run, "runner.checkpoint_every_steps=10", "runner.batch_size=128"),
+                *data_overrides(synth_data))
+    # The undisturbed run, alongside: one process, the same global batches (the elastic
+    # engine keeps the global batch at runner.batch_size whatever the world size).
+    local = start(*SMALL_MODEL, "runner.epochs=1", "runner.batch_size=128",
+                  *data_overrides(synth_data), f"runner.output_dir={tmp_path / 'local'}")
+    wait_for("step 25 at world size 2",
+             lambda: progress(run).get("world_size") == 2 and progress(run)["step"] >= 25,
+             proc=job)
+    kill_node(run, next(k for k in nodes(run) if k.endswith("/1")))
+    rc, _, err = finish(job)
+    assert rc == 0, err[-3000:]
+    assert "node 1 was killed (signal 9): the job goes on without it" in err
+    rc, _, local_err = finish(local)
+    assert rc == 0, local_err[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["world_size"] == 1
+    # Every row of the epoch trained once: 20000 rows in ceil(20000/128) steps.
+    assert summary["steps"] == 157 and summary["train_examples"] == 20_000
+    [event] = summary["restarts"]
+    assert restarts(run)[0]["steps_lost"] == event["steps_lost"]  # metrics.jsonl too
+    assert (event["world_size_before"], event["world_size_after"]) == (2, 1)
+    assert event["reason"] == "a node left"
+    # Resumed mid-epoch from a step checkpoint: at most checkpoint_every_steps lost.
+    assert event["step"] >= 20 and event["step"] % 10 == 0
+    assert 0 <= event["steps_lost"] <= 10
+    assert "world size 2 -> 1 (a node left)" in err
+    local_auc = json.loads((tmp_path / "local" / "summary.json").read_text())["auc"]
+    assert abs(summary["auc"] - local_auc) < 0.01, (summary["auc"], local_auc)
+
+
+def put_stale_keys(endpoint: str, job_id: str) -> None:
+    """What a finished two-node job leaves in etcd (its heartbeats expire with their lease;
+    the status and the peer list stay): written with etcd's own JSON gateway."""
+    import base64
+    import urllib.request
+
+    from recrunner.fleet.etcd import launcher_job_id
+
+    jid = launcher_job_id(job_id)
+    peer = json.dumps({"name": "gone", "rank": -1, "replicas": 1, "dtype": "cpu",
+                       "candidate": "127.0.0.1:9", "endpoints": "127.0.0.1:9"})
+    for key, value in [(f"/paddle/{jid}", "completed"), (f"/{jid}/info/gone/-1", peer),
+                       (f"/{jid}/info/gone2/-1", peer)]:
+        body = {"key": base64.b64encode(key.encode()).decode(),
+                "value": base64.b64encode(value.encode()).decode()}
+        req = urllib.request.Request(f"http://{endpoint}/v3/kv/put", json.dumps(body).encode())
+        urllib.request.urlopen(req, timeout=5).read()
+
+
+@needs_etcd
+def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
+                                       small_data: dict[str, str], tmp_path: Path) -> None:
+    """Job A starts on one node and a second joins it mid-run; job B (two nodes, a job id
+    whose stale keys a finished job left) runs beside it on the same etcd, undisturbed."""
+    endpoint = etcd_server.endpoint
+    put_stale_keys(endpoint, "reused-id")
+    a_run, b_run = tmp_path / "a", tmp_path / "b"
+    a = start(*elastic(a_run, f"mode.elastic.etcd={endpoint}", "mode.elastic.nodes=1",
+                       "mode.elastic.job_id=job-a", "runner.epochs=2",
+                       "runner.checkpoint_every_steps=10"), *data_overrides(synth_data))
+    b = start(*elastic(b_run, f"mode.elastic.etcd={endpoint}", "mode.elastic.job_id=reused-id"),
+              *data_overrides(small_data))
+    wait_for("job a training", lambda: progress(a_run).get("step", 0) >= 3, proc=a)
+    # Hold job a's trainer until the joining node has registered, so that the join lands
+    # mid-epoch however slowly the new node starts; its launcher's SIGTERM (all restart at
+    # the new size) waits for the trainer too, which then saves where it stopped.
+    [trainer] = [p for p in nodes(a_run).popitem()[1]["pids"][1:] if "recrunner" in
+                 Path(f"/proc/{p}/cmdline").read_text()]
+    os.kill(trainer, signal.SIGSTOP)
+    stopped_at = progress(a_run)["step"]
+    joiner = start(*elastic(a_run, f"mode.elastic.etcd={endpoint}", "mode.elastic.nodes=1",
+                            "mode.elastic.job_id=job-a", "runner.epochs=2",
+                            "runner.checkpoint_every_steps=10", "runner.resume=true"),
+                   *data_overrides(synth_data))
+    from recrunner.fleet.etcd import EtcdKeys, launcher_job_id
+
+    keys = EtcdKeys(endpoint, launcher_job_id("job-a"))
+    try:
+        wait_for("the second node's heartbeat", lambda: len(keys.live_nodes()) == 2)
+    finally:
+        os.kill(trainer, signal.SIGCONT)
+    errors = {}
+    for name, proc in (("a", a), ("joiner", joiner), ("b", b)):
+        rc, _, errors[name] = finish(proc)
+        assert rc == 0, errors[name][-3000:]
+    assert "removed 3 stale key(s) of an earlier job reused-id" in errors["b"]
+    assert "joining elastic job job-a" in errors["joiner"]
+    assert "world size 1 -> 2 (a node joined)" in errors["a"]
+    a_summary = json.loads((a_run / "summary.json").read_text())
+    assert a_summary["world_size"] == 2
+    assert [(e["world_size_before"], e["world_size_after"], e["reason"])
+            for e in a_summary["restarts"]] == [(1, 2, "a node joined")]
+    # Saved on SIGTERM where it stopped (not at the last multiple of 10): nothing lost.
+    [event] = a_summary["restarts"]
+    assert event["step"] in (stopped_at, stopped_at + 1) and event["steps_lost"] == 0
+    assert a_summary["steps"] == 2 * 79 and a_summary["train_examples"] == 2 * 20_000
+    b_summary = json.loads((b_run / "summary.json").read_text())
+    assert b_summary["world_size"] == 2 and b_summary["restarts"] == []
+    assert b_summary["steps"] == 24 and b_summary["train_examples"] == 6_000
+
+
+@needs_etcd
+def test_killed_etcd_fails_the_job_in_bounded_time(synth_data: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    job = start(*elastic(run, "mode.elastic.max_nodes=1", "runner.epochs=3"),
+                *data_overrides(synth_data))
+    wait_for("training", lambda: progress(run).get("step", 0) >= 1, proc=job)
+    etcd_pid = next(iter(nodes(run).values()))["etcd_pid"]
+    os.kill(etcd_pid, signal.SIGKILL)
+    killed = time.monotonic()
+    rc, _, err = finish(job, timeout=60)
+    assert rc != 0
+    assert time.monotonic() - killed < 30
+    assert "the etcd server 127.0.0.1:" in err and "exited" in err and "Traceback" not in err
+
+
+def test_missing_etcd_binary_is_a_clear_error(small_data: dict[str, str],
+                                              tmp_path: Path) -> None:
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    proc = recrun("train", *elastic(tmp_path / "run"), *data_overrides(small_data),
+                  env={"PATH": str(bare)})
+    assert proc.returncode != 0
+    assert "no `etcd` binary" in proc.stderr and "apt-get install -y etcd-server" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_elastic_config_is_checked() -> None:
+    from recrunner.config.compose import load
+    from recrunner.errors import RecrunnerError
+    from recrunner.fleet.etcd import resolve_endpoint
+    from recrunner.fleet.roles import DistError
+
+    with pytest.raises(RecrunnerError, match="mode.elastic.min_nodes=3 is more than"):
+        load(["mode=collective", "mode.elastic.min_nodes=3", "mode.elastic.max_nodes=2"])
+    with pytest.raises(RecrunnerError, match="mode.elastic.job_id='a/b'"):
+        load(["mode=collective", "mode.elastic.max_nodes=2", "mode.elastic.job_id=a/b"])
+    with pytest.raises(DistError, match="is not HOST:PORT"):
+        resolve_endpoint("etcd-0.etcd.svc:2379x")
+    with pytest.raises(DistError, match="without a scheme"):
+        resolve_endpoint("http://10.0.0.1:2379")
+    # A name is resolved to an address the launcher's strip("etcd://") cannot mangle.
+    assert resolve_endpoint("localhost:2379") == "127.0.0.1:2379"
+    # Mid-epoch checkpoints need an engine that knows its position in the epoch.
+    from recrunner.train.midepoch import MidEpoch
+
+    with pytest.raises(RecrunnerError, match="runner.checkpoint_every_steps/_seconds need"):
+        MidEpoch(load(["runner.checkpoint_every_steps=5"]), Path("."), object(), True, {})
+
+
+def test_cluster_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cluster=k8s: the workers run the node launcher, restart in place, Volcano may start
+    the job with min_nodes pods; the job's own etcd unless one is given."""
+    from recrunner.config.compose import load
+    from recrunner.errors import RecrunnerError
+    from recrunner.k8s import ops
+
+    for var in ("JUICEFS_METAURL", "JUICEFS_ACCESS_KEY", "JUICEFS_SECRET_KEY"):
+        monkeypatch.setenv(var, f"{var.lower()}-value-7781")
+    base = ["cluster=k8s", "cluster.image=r.example.com/recrunner:1", "cluster.namespace=ctr",
+            "cluster.job_name=ctr-job", "mode=collective", "mode.elastic.min_nodes=2",
+            "mode.elastic.max_nodes=4", "cluster.scheduler=volcano"]
+    docs = {d["kind"]: d for d in ops.render(load(base)).docs}
+    job = docs["PaddleJob"]
+    assert job["spec"]["schedulingPolicy"]["minAvailable"] == 2
+    worker = job["spec"]["worker"]
+    assert worker["replicas"] == 4
+    assert worker["template"]["spec"]["restartPolicy"] == "OnFailure"
+    command = worker["template"]["spec"]["containers"][0]["command"]
+    assert command[:3] == ["python", "-m", "paddle.distributed.launch"]
+    master = command[command.index("--master") + 1]
+    # The Service name survives the launcher's strip("etcd://") although the job's starts
+    # with "c".
+    assert master == "etcd://rdzv-ctr-job.ctr.svc:2379"
+    assert master.strip("etcd://") == "rdzv-ctr-job.ctr.svc:2379"  # noqa: B005 - as Paddle
+    assert command[command.index("--nnodes") + 1] == "2:4"
+    assert docs["Service"]["metadata"]["name"] == "rdzv-ctr-job"
+    assert docs["Deployment"]["spec"]["template"]["metadata"]["labels"] == \
+        docs["Service"]["spec"]["selector"]
+    given = {d["kind"] for d in ops.render(load([*base, "mode.elastic.etcd=10.0.0.7:2379"])).docs}
+    assert "Deployment" not in given and "Service" not in given
+    with pytest.raises(RecrunnerError, match="strips a leading 'e'"):
+        ops.render(load([*base, "mode.elastic.etcd=etcd-0.etcd:2379"]))
