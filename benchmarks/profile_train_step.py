@@ -31,9 +31,10 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load([f"runner.output_dir={tmp}/run", "runner.progress=false", *opts.overrides])
-        rows = (WARMUP + 2 * opts.steps) * cfg.runner.batch_size
         train = Path(tmp, "train.tsv")
+        cfg = load([f"runner.output_dir={tmp}/run", "runner.progress=false",
+                    f"dataset.train={train}", *opts.overrides])
+        rows = (WARMUP + 2 * opts.steps) * cfg.runner.batch_size
         generate(train, rows, cfg.runner.seed, 0)
         reader = Reader(cfg, Shard())
         trainer = DygraphEngine(cfg, LocalGroup(), reader)
