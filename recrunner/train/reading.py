@@ -14,12 +14,13 @@ from recrunner.train.build import dataset_schema
 
 
 class Reader:
-    def __init__(self, cfg: RootConfig, shard: Shard) -> None:
+    def __init__(self, cfg: RootConfig, shard: Shard, keep: bool = True) -> None:
+        """keep=False: never cache (a reader that makes a single pass, e.g. `recrun eval`)."""
         self.dataset = cfg.dataset
         self.shard = shard
         self.schema = dataset_schema(cfg)
         self.errors = RowErrors(str(cfg.dataset.on_error), cfg.dataset.max_logged_errors)
-        self.cache_bytes = cfg.dataset.cache_mib << 20
+        self.cache_bytes = cfg.dataset.cache_mib << 20 if keep else 0
         self.cached: dict[tuple[str, int], list[Batch]] = {}
 
     def blocks(self, spec: str) -> Iterator[Batch]:
@@ -28,9 +29,9 @@ class Reader:
 
     def batches(self, spec: str, size: int) -> Iterator[Batch]:
         """Batches of `size` rows: parsed in a background thread, or, after a whole first pass
-        that fit in dataset.cache_mib, the same batches again from memory. Parsing costs the
-        trainer the core it shares with it (the default W&D: epoch 2 from memory trained
-        1.1x the examples/s of epoch 1, docs/performance.md)."""
+        that fit in dataset.cache_mib, the same batches again from memory: parsing shares the
+        trainer's cores (W&D from memory: 6% more examples per CPU-second,
+        docs/performance.md)."""
         cached = self.cached.get((spec, size))
         if cached is not None:
             return iter(cached)
