@@ -35,6 +35,7 @@ def test_a_second_pass_is_the_first_from_memory(synth_data, tmp_path, shard) -> 
     Path(path).unlink()  # the second pass must not read the file
     again = list(r.batches(path, 300))
     assert same(first, again) and sum(map(len, first)) > 0
+    assert r.held == sum(b.nbytes for b in again)
     # The cache holds copies, not views of the parsed blocks (their memory is counted).
     assert all(b.sparse.base is None for b in r.cached[(path, 300)])
 
@@ -42,7 +43,7 @@ def test_a_second_pass_is_the_first_from_memory(synth_data, tmp_path, shard) -> 
 def test_a_pass_larger_than_the_budget_is_streamed_every_time(synth_data, tmp_path) -> None:
     r, path = reader(synth_data, tmp_path, "dataset.cache_mib=1")  # 20k rows: ~5 MiB
     list(r.batches(path, 300))
-    assert not r.cached
+    assert not r.cached and r.held == 0 and (path, 300) in r.too_big  # not tried again
     Path(path).unlink()
     with pytest.raises(DataError, match="no data files"):
         list(r.batches(path, 300))
@@ -53,7 +54,8 @@ def test_an_unfinished_pass_is_not_kept(synth_data, tmp_path) -> None:
     batches = r.batches(path, 300)
     next(batches)
     batches.close()  # e.g. a run stopped mid-epoch
-    assert not r.cached
+    assert not r.cached and r.held == 0
+    assert same(list(r.batches(path, 300)), r.cached[(path, 300)])  # the next pass is kept
 
 
 def test_cache_off_and_bad_budget(synth_data, tmp_path) -> None:

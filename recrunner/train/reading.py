@@ -22,6 +22,8 @@ class Reader:
         self.errors = RowErrors(str(cfg.dataset.on_error), cfg.dataset.max_logged_errors)
         self.cache_bytes = cfg.dataset.cache_mib << 20 if keep else 0
         self.cached: dict[tuple[str, int], list[Batch]] = {}
+        self.held = 0  # bytes of batches cached or being kept (passes under way included)
+        self.too_big: set[tuple[str, int]] = set()  # passes that did not fit: never kept
 
     def blocks(self, spec: str) -> Iterator[Batch]:
         """Parsed blocks of this process's shard of `spec`, in file order."""
@@ -40,17 +42,26 @@ class Reader:
     def _keep(self, key: tuple[str, int], batches: Iterator[Batch]) -> Iterator[Batch]:
         """`batches`, each also copied into the cache while the whole pass fits; the cache
         takes the pass only once it has been read to the end."""
-        budget = self.cache_bytes - sum(b.nbytes for kept in self.cached.values() for b in kept)
-        kept: list[Batch] | None = [] if budget > 0 else None
-        for batch in batches:
-            if kept is not None:
-                # A copy: the parsed batch may be a view that holds a whole block (or, sharded
-                # by rows, every process's rows).
-                kept.append(batch.copy())
-                budget -= batch.nbytes
-                if budget < 0:
-                    kept = None  # too big: stream this spec every time
-            yield batch
+        kept: list[Batch] | None = None if key in self.too_big else []
+        size = 0
+        try:
+            for batch in batches:
+                if kept is not None:
+                    if self.held + batch.nbytes > self.cache_bytes:
+                        if self.cache_bytes:
+                            self.too_big.add(key)  # stream this spec every time
+                        self.held -= size
+                        kept, size = None, 0
+                    else:
+                        # A copy: the parsed batch may be a view holding a whole block (or,
+                        # sharded by rows, every process's rows).
+                        kept.append(batch.copy())
+                        size += batch.nbytes
+                        self.held += batch.nbytes
+                yield batch
+        except BaseException:
+            self.held -= size  # an unfinished pass is not kept
+            raise
         if kept is not None:
             self.cached[key] = kept
 
