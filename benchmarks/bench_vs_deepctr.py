@@ -137,14 +137,15 @@ def parse_arrays(train: Path, test: Path, out: Path, model: str, overrides: list
     cfg = load([f"model={model}", f"dataset.train={train}", f"dataset.test={test}",
                 *overrides])
     schema = dataset_schema(cfg)
-    parts = {}
+    parts: dict[str, np.ndarray] = {}
     for name, path in (("train", train), ("test", test)):
         batch = Batch.concat(list(iter_examples(cfg.dataset, str(path), schema, RowErrors())))
         parts |= {f"{name}_sparse": batch.sparse, f"{name}_dense": batch.dense,
                   f"{name}_label": batch.label}
     if schema.pad_id is not None:
         raise SystemExit("multi-valued fields: the DeepCTR-Torch side reads one id per field")
-    np.savez(out, table_rows=schema.table_rows, **parts)
+    parts["table_rows"] = np.array(schema.table_rows)
+    np.savez(out, **parts)  # type: ignore[arg-type]  # (numpy's stub: allow_pickle)
 
 
 def run_recrunner(model: str, train: Path, test: Path, out: Path, threads: int,

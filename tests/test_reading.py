@@ -2,6 +2,7 @@
 
 import shutil
 from pathlib import Path
+from types import GeneratorType
 
 import numpy as np
 import pytest
@@ -53,6 +54,7 @@ def test_an_unfinished_pass_is_not_kept(synth_data, tmp_path) -> None:
     r, path = reader(synth_data, tmp_path)
     batches = r.batches(path, 300)
     next(batches)
+    assert isinstance(batches, GeneratorType)  # a first pass, being parsed
     batches.close()  # e.g. a run stopped mid-epoch
     assert not r.cached and r.held == 0
     assert same(list(r.batches(path, 300)), r.cached[(path, 300)])  # the next pass is kept
