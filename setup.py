@@ -58,6 +58,9 @@ setup(
     extras_require={
         "loggers": LOGGERS,
         "sweep": SWEEP,
+        # benchmarks/bench_vs_deepctr.py: each zoo model against DeepCTR-Torch (by hand, not
+        # in CI). torch==2.13.0 is the CPU wheel (a looser pin can pull a multi-GB CUDA build).
+        "bench": ["torch==2.13.0", "deepctr-torch==0.3.0", "scikit-learn>=1.3", "py-spy>=0.3"],
         # tools/fuzz.py: coverage-guided fuzzing of the parsers (by hand, not in CI).
         "fuzz": ["atheris>=2.3"],
         "test": [

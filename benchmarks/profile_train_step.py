@@ -1,5 +1,6 @@
 """Where a training step's time goes: the trainer's own step on batches held in memory, timed
-and then under Paddle's profiler (the operator table, totals over the profiled steps).
+and then under Paddle's profiler (the operator table, totals over the profiled steps); and the
+compute limit on this machine: examples/s of a step that did nothing but the network's GEMMs.
 
     python benchmarks/profile_train_step.py [--steps 50] [config overrides ...]
 
@@ -14,6 +15,7 @@ import tempfile
 import time
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 from recrunner.config.compose import load
 from recrunner.data.reader import Shard
@@ -25,15 +27,41 @@ from recrunner.train.reading import Reader
 WARMUP = 20
 
 
+def gemm_limit(net: Any, batch_size: int, reps: int = 30) -> float:
+    """Examples/s of the net's dense-layer GEMMs alone (every 2-D parameter outside an
+    embedding table, as x @ W forward and the input and weight gradients backward), at this
+    batch size and the process's threads: what no dygraph step can beat on this machine."""
+    import paddle
+
+    tables = {id(layer.weight) for layer in net.sublayers()
+              if isinstance(layer, paddle.nn.Embedding)}
+    seconds = 0.0
+    for p in net.parameters():
+        if len(p.shape) != 2 or id(p) in tables:
+            continue
+        k, n = p.shape
+        x, g, w = (paddle.randn(s) for s in ([batch_size, k], [batch_size, n], [k, n]))
+        # forward x @ W; backward g @ W^T (input gradient) and x^T @ g (weight gradient)
+        for a, b, ta, tb in ((x, w, False, False), (g, w, False, True), (x, g, True, False)):
+            times = []
+            for _ in range(reps):
+                start = time.perf_counter()
+                paddle.matmul(a, b, transpose_x=ta, transpose_y=tb)
+                times.append(time.perf_counter() - start)
+            seconds += statistics.median(times)
+    return batch_size / seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("overrides", nargs="*")
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load([f"runner.output_dir={tmp}/run", "runner.progress=false", *opts.overrides])
-        rows = (WARMUP + 2 * opts.steps) * cfg.runner.batch_size
         train = Path(tmp, "train.tsv")
+        cfg = load([f"runner.output_dir={tmp}/run", "runner.progress=false",
+                    f"dataset.train={train}", *opts.overrides])
+        rows = (WARMUP + 2 * opts.steps) * cfg.runner.batch_size
         generate(train, rows, cfg.runner.seed, 0)
         reader = Reader(cfg, Shard())
         trainer = DygraphEngine(cfg, LocalGroup(), reader)
@@ -52,6 +80,9 @@ def main() -> None:
         print(json.dumps({"bench": "train_step", "batch_size": cfg.runner.batch_size,
                           "threads": cfg.runner.threads, "median_step_ms": step * 1e3,
                           "examples_per_sec": cfg.runner.batch_size / step}))
+        limit = gemm_limit(trainer.net, cfg.runner.batch_size)
+        print(json.dumps({"bench": "gemm_limit", "examples_per_sec": limit,
+                          "step_fraction_of_limit": cfg.runner.batch_size / step / limit}))
 
         import paddle.profiler as profiler
 

@@ -26,7 +26,7 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     from recrunner.data.reader import Shard
     from recrunner.train.reading import Reader
 
-    reader = Reader(cfg, Shard())
+    reader = Reader(cfg, Shard(), keep=False)  # one pass: nothing to cache
     start = time.perf_counter()
     if args.checkpoint:
         predict = _checkpoint_predictor(cfg, Path(args.checkpoint))

@@ -5,6 +5,8 @@ from enum import StrEnum
 
 from omegaconf import MISSING
 
+from recrunner.config.checks import at_least
+
 
 class DataFormat(StrEnum):
     delimited = "delimited"  # raw rows: TSV/CSV laid out as dataset.schema.columns
@@ -167,7 +169,14 @@ class DatasetConfig:
     block_bytes: int = 8 << 20
     # Blocks parsed concurrently (threads).
     parse_workers: int = 2
+    # Parsed batches kept in memory after the first pass over a file spec, up to this many MiB
+    # per process, so later epochs and evaluations skip reading and parsing (same batches, same
+    # order). A spec larger than this is streamed every time; 0 never keeps any.
+    cache_mib: int = 1024
     # Generate the files from `synth` when they are missing (the bundled default data).
     generate: bool = False
     synth: SynthConfig = field(default_factory=SynthConfig)
     sampleset: SampleSetConfig = field(default_factory=SampleSetConfig)
+
+    def __post_init__(self) -> None:
+        at_least("dataset", self, cache_mib=0)

@@ -18,6 +18,14 @@ class Batch:
         label = self.label[index] if len(self.label) else self.label
         return Batch(self.dense[index], self.sparse[index], label)
 
+    @property
+    def nbytes(self) -> int:
+        return self.dense.nbytes + self.sparse.nbytes + self.label.nbytes
+
+    def copy(self) -> "Batch":
+        """A batch that owns its arrays (a slice's arrays keep its source alive)."""
+        return Batch(self.dense.copy(), self.sparse.copy(), self.label.copy())
+
     @staticmethod
     def empty(num_dense: int, sparse_width: int) -> "Batch":
         return Batch(np.empty((0, num_dense), np.float32), np.empty((0, sparse_width), np.int64),

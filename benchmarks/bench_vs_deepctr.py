@@ -1,0 +1,238 @@
+"""Training examples/s of each zoo model beside its DeepCTR-Torch counterpart, interleaved in
+one run on the same generated Criteo-shaped rows (medians of `--rounds`).
+
+    pip install '.[bench]'      # torch==2.13.0 (the CPU wheel), deepctr-torch, scikit-learn
+    python benchmarks/bench_vs_deepctr.py [--models wide_deep,deepfm] [--rows 200000]
+
+recrunner: `recrun train` for one epoch (rows streamed from the TSV file and parsed while
+training), its `examples_per_sec`. DeepCTR-Torch: `model.fit` for one epoch on the same rows,
+parsed beforehand by recrunner's reader (the same hashed ids and dense transform; DeepCTR-Torch
+reads in-memory arrays only), timed around `fit`. Both use `--threads` threads, the same
+layer sizes, embedding width, one shared id table, Adam at the runner's learning rate, batch
+size and no L2 or dropout beyond the recrunner config's. PyTorch flushes denormals
+(`torch.set_flush_denormal(True)`; `--keep-denormals` turns that off): without it DeepCTR-Torch
+ran far slower on this CPU, and the point is to compare against its best.
+
+A model plugs in with one entry of COUNTERPARTS: its DeepCTR-Torch class and keyword
+arguments from the recrunner model config. Each side runs in its own process (Paddle's and
+PyTorch's OpenMP runtimes stay apart).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Counterpart:
+    """A DeepCTR-Torch model (class name in deepctr_torch.models) built like a zoo model."""
+
+    cls: str
+    # (recrunner model config) -> keyword arguments beyond the feature columns.
+    kwargs: Callable[[Any], dict[str, Any]]
+    linear: bool = True  # whether the model has DeepCTR's linear (wide) part
+    deep_features: bool = True  # whether the embeddings feed DeepCTR's dnn/interaction part
+
+
+def _mlp(cfg: Any) -> dict[str, Any]:
+    return {"dnn_hidden_units": tuple(cfg.fc_sizes), "dnn_dropout": getattr(cfg, "dropout", 0.0)}
+
+
+def _dcn(cfg: Any) -> dict[str, Any]:
+    # DeepCTR-Torch's DCN runs the cross network and the MLP side by side (parallel);
+    # full-rank cross weights are its "matrix" parameterization (DCN-V2).
+    if getattr(cfg, "low_rank", 0):
+        return {**_mlp(cfg), "cross_num": cfg.cross_num, "low_rank": cfg.low_rank}
+    return {**_mlp(cfg), "cross_num": cfg.cross_num, "cross_parameterization": "matrix"}
+
+
+COUNTERPARTS: dict[str, Counterpart] = {
+    "wide_deep": Counterpart("WDL", _mlp),
+    "deepfm": Counterpart("DeepFM", _mlp),
+    "dcn_v2": Counterpart("DCN", _dcn),
+    # A plain MLP: WDL without its linear part.
+    "dnn": Counterpart("WDL", _mlp, linear=False),
+    # Logistic regression: WDL's linear part alone.
+    "lr": Counterpart("WDL", lambda cfg: {"dnn_hidden_units": ()}, deep_features=False),
+    # FM (first order + pairwise): DeepFM without its MLP.
+    "fm": Counterpart("DeepFM", lambda cfg: {"dnn_hidden_units": ()}),
+}
+
+
+def _dcn_class(cfg: Any) -> str:
+    return "DCNMix" if getattr(cfg, "low_rank", 0) else "DCN"
+
+
+# ---------------------------------------------------------------- the DeepCTR-Torch process
+
+def deepctr_worker(args: argparse.Namespace) -> None:
+    """Train the counterpart of `args.model` on the arrays in `args.arrays`: one JSON line."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(not args.keep_denormals)
+    import deepctr_torch.models as zoo
+    from deepctr_torch.inputs import DenseFeat, SparseFeat
+    from sklearn.metrics import roc_auc_score
+
+    from recrunner.config.compose import load
+
+    cfg = load([f"model={args.model}", *args.overrides])
+    part = COUNTERPARTS[args.model]
+    data = np.load(args.arrays)
+    train_ids, test_ids = data["train_sparse"], data["test_sparse"]
+    num_dense = data["train_dense"].shape[1]
+    dim = getattr(cfg.model, "sparse_feature_dim", 1)
+    table_rows = int(data["table_rows"])
+    # One shared table, as recrunner's (embedding_name gives every field the same one).
+    sparse = [SparseFeat(f"s{k}", table_rows, embedding_dim=dim, embedding_name="ids")
+              for k in range(train_ids.shape[1])]
+    dense = [DenseFeat(f"d{k}", 1) for k in range(num_dense)]
+    columns = sparse + dense
+    cls_name = _dcn_class(cfg.model) if part.cls == "DCN" else part.cls
+    model = getattr(zoo, cls_name)(
+        columns if part.linear else [], columns if part.deep_features else [],
+        l2_reg_linear=0.0, l2_reg_embedding=0.0, seed=cfg.runner.seed, task="binary",
+        device="cpu", **part.kwargs(cfg.model))
+    model.compile(torch.optim.Adam(model.parameters(), lr=cfg.runner.learning_rate),
+                  "binary_crossentropy")
+
+    def inputs(ids: np.ndarray, dense_values: np.ndarray) -> dict[str, np.ndarray]:
+        return {**{f"s{k}": ids[:, k] for k in range(ids.shape[1])},
+                **{f"d{k}": dense_values[:, k] for k in range(num_dense)}}
+
+    x = inputs(train_ids, data["train_dense"])
+    start = time.perf_counter()
+    model.fit(x, data["train_label"], batch_size=cfg.runner.batch_size, epochs=1, verbose=0)
+    seconds = time.perf_counter() - start
+    probs = model.predict(inputs(test_ids, data["test_dense"]), batch_size=8192)
+    print(json.dumps({"examples_per_sec": len(train_ids) / seconds,
+                      "auc": float(roc_auc_score(data["test_label"], probs.reshape(-1))),
+                      "class": cls_name}))
+
+
+# ---------------------------------------------------------------- the driver
+
+def parse_arrays(train: Path, test: Path, out: Path, model: str, overrides: list[str]) -> None:
+    """The rows as recrunner's reader makes them (hashed ids, transformed dense), saved."""
+    from recrunner.config.compose import load
+    from recrunner.data.batch import Batch
+    from recrunner.data.errors import RowErrors
+    from recrunner.data.reader import iter_examples
+    from recrunner.train.build import dataset_schema
+
+    cfg = load([f"model={model}", f"dataset.train={train}", f"dataset.test={test}",
+                *overrides])
+    schema = dataset_schema(cfg)
+    parts: dict[str, np.ndarray] = {}
+    for name, path in (("train", train), ("test", test)):
+        batch = Batch.concat(list(iter_examples(cfg.dataset, str(path), schema, RowErrors())))
+        parts |= {f"{name}_sparse": batch.sparse, f"{name}_dense": batch.dense,
+                  f"{name}_label": batch.label}
+    if schema.pad_id is not None:
+        raise SystemExit("multi-valued fields: the DeepCTR-Torch side reads one id per field")
+    parts["table_rows"] = np.array(schema.table_rows)
+    np.savez(out, **parts)  # type: ignore[arg-type]  # (numpy's stub: allow_pickle)
+
+
+def run_recrunner(model: str, train: Path, test: Path, out: Path, threads: int,
+                  overrides: list[str]) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "recrunner", "train", f"model={model}", "runner.epochs=1",
+         "runner.progress=false", f"runner.threads={threads}", f"dataset.train={train}",
+         f"dataset.test={test}", f"runner.output_dir={out}", *overrides],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise SystemExit(f"recrun train model={model}: {proc.stderr.strip()[-2000:]}")
+    summary = json.loads((out / "summary.json").read_text())
+    return {"examples_per_sec": summary["examples_per_sec"], "auc": summary["auc"]}
+
+
+def run_deepctr(model: str, arrays: Path, threads: int, keep_denormals: bool,
+                overrides: list[str]) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, __file__, "--worker", "--models", model, "--arrays", str(arrays),
+           "--threads", str(threads), *(["--keep-denormals"] if keep_denormals else []),
+           *overrides]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise SystemExit(f"DeepCTR-Torch {model}: {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="wide_deep,deepfm",
+                        help=f"comma-separated, of {', '.join(COUNTERPARTS)}")
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--keep-denormals", action="store_true")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--arrays", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("overrides", nargs="*", help="config overrides for both sides, "
+                        "e.g. runner.batch_size=1024 (model.* of the models measured)")
+    args = parser.parse_args()
+    args.model = args.models
+    if args.worker:
+        deepctr_worker(args)
+        return
+    models = args.models.split(",")
+    unknown = [m for m in models if m not in COUNTERPARTS]
+    if unknown:
+        raise SystemExit(f"no DeepCTR-Torch counterpart for {', '.join(unknown)} "
+                         f"(known: {', '.join(COUNTERPARTS)})")
+    from recrunner.data.synth import generate
+
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        train, test = tmp / "train.tsv", tmp / "test.tsv"
+        generate(train, args.rows, 7, 0)
+        generate(test, args.rows // 4, 7, 1)
+        arrays = {}
+        for model in models:
+            arrays[model] = tmp / f"{model}.npz"
+            parse_arrays(train, test, arrays[model], model, args.overrides)
+        results: dict[tuple[str, str], list[dict]] = {}
+        for r in range(args.rounds):
+            for model in models:
+                for side in ("recrunner", "deepctr_torch"):
+                    if side == "recrunner":
+                        result = run_recrunner(model, train, test, tmp / f"{model}-{r}",
+                                               args.threads, args.overrides)
+                    else:
+                        result = run_deepctr(model, arrays[model], args.threads,
+                                             args.keep_denormals, args.overrides)
+                    results.setdefault((model, side), []).append(result)
+                    print(json.dumps({"round": r, "model": model, "side": side, **result}),
+                          flush=True)
+        print(f"\n{args.rows:,} rows, {args.threads} threads, medians of {args.rounds} "
+              "(examples/s, test AUC after 1 epoch)")
+        print("| model | recrunner ex/s | DeepCTR-Torch ex/s | ratio | AUC recrunner | "
+              "AUC DeepCTR-Torch |")
+        print("|---|---|---|---|---|---|")
+        for model in models:
+            ours, theirs = results[(model, "recrunner")], results[(model, "deepctr_torch")]
+            a = statistics.median(x["examples_per_sec"] for x in ours)
+            b = statistics.median(x["examples_per_sec"] for x in theirs)
+            print(f"| {model} ({theirs[0]['class']}) | {a:,.0f} | {b:,.0f} | {a / b:.2f}x | "
+                  f"{statistics.median(x['auc'] for x in ours):.4f} | "
+                  f"{statistics.median(x['auc'] for x in theirs):.4f} |")
+
+
+if __name__ == "__main__":
+    main()
