@@ -105,12 +105,29 @@ class Linear(nn.Linear):
         return paddle.matmul(x, self.weight) + paddle.matmul(ones, self.bias.unsqueeze(0))
 
 
-def mlp(fan_in: int, hidden: list[int]) -> nn.Sequential:
-    """ReLU layers of the given sizes, then one logit; weights scaled by 1/sqrt(fan_in)."""
+def hidden_layers(fan_in: int, hidden: list[int], dropout: float = 0.0) -> list[nn.Layer]:
+    """ReLU layers of the given sizes (weights scaled by 1/sqrt(fan_in)), each followed by
+    dropout when `dropout` > 0 (identity in eval mode, so exports carry none)."""
     sizes = [fan_in, *hidden]
     layers: list[nn.Layer] = []
     for n_in, n_out in zip(sizes[:-1], sizes[1:], strict=True):
         layers += [Linear(n_in, n_out, weight_attr=paddle.ParamAttr(
             initializer=nn.initializer.Normal(std=1.0 / math.sqrt(n_in)))), nn.ReLU()]
-    layers.append(Linear(sizes[-1], 1))
+        if dropout > 0:
+            layers.append(nn.Dropout(dropout))
+    return layers
+
+
+def mlp(fan_in: int, hidden: list[int], dropout: float = 0.0) -> nn.Sequential:
+    """ReLU layers of the given sizes, then one logit; weights scaled by 1/sqrt(fan_in)."""
+    layers = hidden_layers(fan_in, hidden, dropout)
+    layers.append(Linear(hidden[-1] if hidden else fan_in, 1))
     return nn.Sequential(*layers)
+
+
+def fm_pairwise(latent: paddle.Tensor) -> paddle.Tensor:
+    """The factorization machine's second-order term of latent vectors [B, fields, dim]:
+    sum over pairs <v_i, v_j> = ((sum_i v_i)^2 - sum_i v_i^2) / 2, summed over dims: [B, 1]."""
+    square_of_sum = paddle.square(paddle.sum(latent, axis=1))
+    sum_of_square = paddle.sum(paddle.square(latent), axis=1)
+    return 0.5 * paddle.sum(square_of_sum - sum_of_square, axis=1, keepdim=True)
