@@ -186,9 +186,9 @@ def map_runner(out: Mapped, section: str, body: dict[str, Any], base: Path) -> N
             out.values[RUNNER_KEYS[key]] = value
         elif key == "use_gpu":
             if value:  # GPUs exist only in the cluster's pods
-                out.values["cluster.gpus"] = 1
-                out.warnings.append(f"{out.path}: {full}=True sets cluster.gpus=1 (GPUs per "
-                                    "pod with cluster=k8s); on this machine training uses "
+                out.values["cluster.resources.worker.gpus"] = 1
+                out.warnings.append(f"{out.path}: {full}=True sets cluster.resources.worker.gpus=1 "
+                                    "(per pod with cluster=k8s); on this machine training uses "
                                     "the CPU")
         elif key == "sync_mode" and value in ("async", "sync", "geo"):
             out.choices["mode"] = "ps"

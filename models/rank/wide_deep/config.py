@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 
-from recrunner.config.checks import at_least, each_at_least, positive
+from recrunner.config.checks import at_least, each_at_least, positive, within
 
 
 @dataclass
@@ -12,6 +12,8 @@ class Config:
     sparse_feature_number: int = 1_000_001
     sparse_feature_dim: int = 9
     fc_sizes: list[int] = field(default_factory=lambda: [512, 256, 128, 32])
+    # Dropout after each hidden layer of the deep part (docs/models.md measures it).
+    dropout: float = 0.0
     # Sparse (SelectedRows) embedding gradients: with lazy Adam ~2.4x faster than dense.
     sparse_grad: bool = True
     init_scale: float = 0.01
@@ -20,3 +22,4 @@ class Config:
         at_least("model", self, sparse_feature_number=1, sparse_feature_dim=1)
         each_at_least("model", self, "fc_sizes", 1)
         positive("model", self, "init_scale")
+        within("model", self, "dropout", 0.0, 0.99)
