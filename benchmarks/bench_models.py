@@ -43,7 +43,8 @@ def train(model: str, epochs: int, extra: list[str], out: Path) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | test AUC | logloss | gap to truth | examples/s | best epoch | AUC by epoch |",
+    lines = ["| model | test AUC | logloss | gap to truth | examples/s | best epoch "
+             "| AUC by epoch |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['auc']:.4f} | {r['logloss']:.4f} | {r['gap']:.4f} | "

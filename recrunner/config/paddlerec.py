@@ -89,7 +89,8 @@ class Mapped:
 
     def unmapped(self, key: str, value: Any, reason: str = "") -> None:
         why = reason or REASONS.get(key.rsplit(".", 1)[-1], "recrunner has no counterpart")
-        self.warnings.append(f"{self.path}: {key}={value!r} is not mapped ({why})")
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        self.warnings.append(f"{self.path}: {key}={shown} is not mapped ({why})")
 
 
 def hydra_value(value: Any) -> str:
@@ -187,9 +188,9 @@ def map_runner(out: Mapped, section: str, body: dict[str, Any], base: Path) -> N
         elif key == "use_gpu":
             if value:  # GPUs exist only in the cluster's pods
                 out.values["cluster.resources.worker.gpus"] = 1
-                out.warnings.append(f"{out.path}: {full}=True sets cluster.resources.worker.gpus=1 "
-                                    "(per pod with cluster=k8s); on this machine training uses "
-                                    "the CPU")
+                out.warnings.append(f"{out.path}: {full}=True sets cluster.resources.worker."
+                                    "gpus=1 (per pod with cluster=k8s); on this machine "
+                                    "training uses the CPU")
         elif key == "sync_mode" and value in ("async", "sync", "geo"):
             out.choices["mode"] = "ps"
             out.values["mode.sync_mode"] = value

@@ -23,7 +23,8 @@ class Net(nn.Layer):
         self.inputs = inputs
         self.dim = cfg.sparse_feature_dim
         self.embedding = table
-        self.first_order_dense = Linear(inputs.num_dense, 1, weight_attr=ZERO) if inputs.num_dense else None
+        self.first_order_dense = (Linear(inputs.num_dense, 1, weight_attr=ZERO)
+                                  if inputs.num_dense else None)
         self.bias = None if self.first_order_dense else self.create_parameter(
             [1], is_bias=True, default_initializer=nn.initializer.Constant(0.0))
         # The dense features' latent vectors, [num_dense, dim] (the table's scale).
