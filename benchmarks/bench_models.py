@@ -2,7 +2,7 @@
 logloss, the gap to the true click model's AUC, examples/s and the epoch of the best AUC.
 
     python benchmarks/bench_models.py [--models lr,fm,dnn,wide_deep,deepfm,dcn_v2]
-        [--epochs 4] [--set key=value ...] [--markdown]
+        [--epochs 4] [--train-rows N] [--set key=value ...] [--json out.json]
 
 The data is the bundled default (`data/synth/criteo/`, generated on first use: 800k train /
 100k test rows). Its rows come from a known click model, so every run's evaluation also
@@ -10,7 +10,8 @@ scores the true probabilities (`truth_auc` in metrics.jsonl): the gap is truth -
 same test rows. Each model trains `--epochs` epochs with its own defaults plus `--set`
 overrides (e.g. `--set model.sparse_feature_dim=16` to measure one change); the table reports
 the epoch the export comes from (runner.export=best) and every epoch's AUC.
-examples/s is training time only (each run's summary.json).
+examples/s is training time only (each run's summary.json). `--train-rows N` trains on the
+first N rows of the default training file (same test rows, same truth): for a loaded machine.
 """
 
 import argparse
@@ -42,6 +43,20 @@ def train(model: str, epochs: int, extra: list[str], out: Path) -> dict:
             "wall_s": time.perf_counter() - start}
 
 
+def subset(rows: int, tmp: Path) -> list[str]:
+    """The default data's first `rows` training rows and its whole test split."""
+    from recrunner.config.compose import load
+    from recrunner.data.prepare import ensure_dataset
+
+    dataset = load([]).dataset
+    ensure_dataset(dataset)
+    train = tmp / "train.txt"
+    with open(dataset.train, "rb") as src, open(train, "wb") as dst:
+        for _, line in zip(range(rows), src, strict=False):
+            dst.write(line)
+    return [f"dataset.train={train}", f"dataset.test={Path(dataset.test).resolve()}"]
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| model | test AUC | logloss | gap to truth | examples/s | best epoch "
              "| AUC by epoch |",
@@ -60,16 +75,20 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="an override for every model (repeatable)")
+    parser.add_argument("--train-rows", type=int, help="train on the first N rows only")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
-    rows = []
+    rows, given = [], list(args.set)
     with tempfile.TemporaryDirectory() as tmp:
+        if args.train_rows:
+            args.set = [*subset(args.train_rows, Path(tmp)), *args.set]
         for model in args.models.split(","):
             rows.append(train(model, args.epochs, args.set, Path(tmp) / model))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    print(f"epochs={args.epochs} overrides={' '.join(args.set) or '(defaults)'}\n")
+    rows_note = f"first {args.train_rows} training rows" if args.train_rows else "all rows"
+    print(f"epochs={args.epochs} {rows_note} overrides={' '.join(given) or '(none)'}\n")
     print(table(rows))
 
 

@@ -35,7 +35,7 @@ TRAIN = ["runner.epochs=1", "mode.timeout_s=120"]
 # each (collective: the dygraph path; ps: the static graph): every mode is covered by some
 # model, and the every-mode runs stay with the two oldest. Any other model (a plugin) gets
 # every mode. The deep models' ps-async AUC gap is larger than AUC_GAP's (docs/models.md).
-ONE_FLEET_MODE = {"dcn_v2": "collective", "dnn": "collective", "fm": "ps-async",
+ONE_FLEET_MODE = {"dcn_v2": "collective", "dnn": "ps-geo", "fm": "ps-async",
                   "lr": "ps-async"}
 
 
