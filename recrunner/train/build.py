@@ -37,10 +37,10 @@ def table_width(cfg: RootConfig) -> int:
 
 def dygraph_table(cfg: RootConfig) -> Any:
     """The id table of a dygraph run (sparse gradients when the model asks for them)."""
-    from recrunner.zoo.rank.blocks import id_table
+    from recrunner.zoo.rank.blocks import decayed_id_table
 
-    return id_table(table_rows(cfg), table_width(cfg), cfg.model.sparse_grad,
-                    cfg.model.init_scale)
+    return decayed_id_table(table_rows(cfg), table_width(cfg), cfg.model.sparse_grad,
+                            cfg.model.init_scale, getattr(cfg.model, "embedding_l2", 0.0))
 
 
 def build_net(cfg: RootConfig, table: Any = None) -> Any:

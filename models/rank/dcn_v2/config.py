@@ -31,6 +31,8 @@ class Config:
     low_rank: int = 0
     # Dropout after each hidden layer of the MLP (PaddleRec: 0.5; see docs/models.md).
     dropout: float = 0.0
+    # L2 on the embedding rows each training batch looks up (dygraph modes; 0: none).
+    embedding_l2: float = 0.0
     sparse_grad: bool = True
     init_scale: float = 0.01
 
@@ -39,4 +41,5 @@ class Config:
                  low_rank=0)
         each_at_least("model", self, "fc_sizes", 1)
         positive("model", self, "init_scale")
+        at_least("model", self, embedding_l2=0.0)
         within("model", self, "dropout", 0.0, 0.99)

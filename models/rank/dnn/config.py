@@ -17,6 +17,8 @@ class Config:
     fc_sizes: list[int] = field(default_factory=lambda: [512, 256, 128, 32])
     # Dropout after each hidden layer (PaddleRec's DNN has none).
     dropout: float = 0.0
+    # L2 on the embedding rows each training batch looks up (dygraph modes; 0: none).
+    embedding_l2: float = 0.0
     sparse_grad: bool = True
     init_scale: float = 0.01
 
@@ -24,4 +26,5 @@ class Config:
         at_least("model", self, sparse_feature_number=1, sparse_feature_dim=1)
         each_at_least("model", self, "fc_sizes", 1)
         positive("model", self, "init_scale")
+        at_least("model", self, embedding_l2=0.0)
         within("model", self, "dropout", 0.0, 0.99)

@@ -15,6 +15,8 @@ class Config:
     # Dropout after each hidden layer of the deep part (docs/models.md measures it).
     dropout: float = 0.0
     # Sparse (SelectedRows) embedding gradients: with lazy Adam ~2.4x faster than dense.
+    # L2 on the embedding rows each training batch looks up (dygraph modes; 0: none).
+    embedding_l2: float = 0.0
     sparse_grad: bool = True
     init_scale: float = 0.01
 
@@ -22,4 +24,5 @@ class Config:
         at_least("model", self, sparse_feature_number=1, sparse_feature_dim=1)
         each_at_least("model", self, "fc_sizes", 1)
         positive("model", self, "init_scale")
+        at_least("model", self, embedding_l2=0.0)
         within("model", self, "dropout", 0.0, 0.99)
