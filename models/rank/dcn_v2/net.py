@@ -18,7 +18,7 @@ class CrossLayer(nn.Layer):
         std = 1.0 / math.sqrt(width)
         init = paddle.ParamAttr(initializer=nn.initializer.Normal(std=std))
         if low_rank:
-            self.down = Linear(width, low_rank, weight_attr=init, bias_attr=False)
+            self.down: Linear | None = Linear(width, low_rank, weight_attr=init, bias_attr=False)
             self.up = Linear(low_rank, width, weight_attr=paddle.ParamAttr(
                 initializer=nn.initializer.Normal(std=1.0 / math.sqrt(low_rank))))
         else:
