@@ -16,11 +16,11 @@ INPUTS = ModelInputs(3, (Field("a"), Field("b"), Field("c"), Field("d")))
 B = 5
 
 
-def build(name: str, **overrides: Any) -> Any:
+def build(name: str, inputs: ModelInputs = INPUTS, **overrides: Any) -> Any:
     paddle.seed(3)
     cfg = load_model_module(name).Config(sparse_feature_number=50, **overrides)
     net_class = load_net_class(name)
-    net = net_class(cfg, INPUTS, id_table(50, net_class.table_width(cfg), True, 0.5))
+    net = net_class(cfg, inputs, id_table(50, net_class.table_width(cfg), True, 0.5))
     for p in net.parameters():  # random everywhere: zero biases would hide terms
         p.set_value(paddle.uniform(p.shape, min=-0.5, max=0.5))
     net.eval()
@@ -106,3 +106,15 @@ def test_embedding_l2_decays_each_looked_up_row_once_per_step() -> None:
     expected[3] -= 2 + 0.5 * before[3]  # two occurrences' gradient, one decay
     expected[5] -= 1 + 0.5 * before[5]
     np.testing.assert_allclose(table.weight.numpy(), expected, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["lr", "fm", "dnn", "dcn_v2"])
+def test_models_without_dense_features(name: str) -> None:
+    """Schemas without dense features (Avazu's): the dense parts are left out."""
+    net = build(name, ModelInputs(0, INPUTS.fields))
+    _, ids = batch()
+    out = run(net, np.zeros((B, 0), np.float32), ids)
+    assert out.shape == (B, 1) and np.isfinite(out).all()
+    if name == "lr":  # the bias stands in for the dense layer's
+        expected = net.embedding.weight.numpy()[ids, 0].sum(1) + net.bias.numpy()[0]
+        np.testing.assert_allclose(out[:, 0], expected, rtol=1e-5, atol=1e-6)

@@ -36,8 +36,8 @@ class Net(nn.Layer):
         rows = embed_fields(self.embedding, sparse_ids, self.inputs)  # [B, fields, dim + 1]
         latent, weight = split_rows(rows, self.dim)
         first = paddle.sum(weight, axis=1, keepdim=True)
-        if self.first_order_dense is None:
-            return first + self.bias + fm_pairwise(latent)
+        if self.first_order_dense is None or self.dense_latent is None:
+            return first + fm_pairwise(latent) + (0.0 if self.bias is None else self.bias)
         # x_i v_i of each dense feature: [B, num_dense, dim].
         dense_latent = paddle.unsqueeze(dense, 2) * paddle.unsqueeze(self.dense_latent, 0)
         latent = paddle.concat([latent, dense_latent], axis=1)

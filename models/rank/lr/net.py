@@ -30,5 +30,5 @@ class Net(nn.Layer):
         logit = paddle.sum(paddle.reshape(weights, [-1, self.inputs.num_fields]), axis=1,
                            keepdim=True)
         if self.dense is None:
-            return logit + self.bias
+            return logit if self.bias is None else logit + self.bias
         return logit + self.dense(dense)
