@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from recrunner.models import model_names
-from tests.conftest import SMALL_MODEL, recrun, serve_and_predict
+from tests.conftest import SMALL_MODEL, model_keys, recrun, serve_and_predict
 
 pytestmark = pytest.mark.slow
 MODES = {
@@ -49,14 +49,7 @@ PAIRS = [(model, mode) for model in model_names() for mode in model_modes(model)
 
 
 def small_model(model: str) -> list[str]:
-    """SMALL_MODEL's overrides this model has keys for (LR has no embedding dim or MLP)."""
-    from dataclasses import fields
-
-    from recrunner.models import load_model_module
-
-    keys = {f.name for f in fields(load_model_module(model).Config)}
-    return [o for o in SMALL_MODEL
-            if not o.startswith("model.") or o.split("=")[0].split(".")[1] in keys]
+    return model_keys(model, SMALL_MODEL)
 
 
 @pytest.fixture(scope="session")
