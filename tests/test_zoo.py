@@ -118,3 +118,12 @@ def test_models_without_dense_features(name: str) -> None:
     if name == "lr":  # the bias stands in for the dense layer's
         expected = net.embedding.weight.numpy()[ids, 0].sum(1) + net.bias.numpy()[0]
         np.testing.assert_allclose(out[:, 0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_embedding_l2_is_refused_in_ps_mode() -> None:
+    from recrunner.commands.train import check
+    from recrunner.config.compose import load
+    from recrunner.errors import RecrunnerError
+
+    with pytest.raises(RecrunnerError, match="mode=ps's tables live on the servers"):
+        check(load(["mode=ps", "model=lr", "model.embedding_l2=0.1"]))

@@ -55,7 +55,11 @@ def expand_overrides(args: argparse.Namespace, overrides: list[str]) -> list[str
 def check(cfg: RootConfig) -> None:
     """Before the run directory exists: the data is there and has rows."""
     from recrunner.data.prepare import ensure_dataset
+    from recrunner.errors import RecrunnerError
 
+    if str(cfg.mode.name) == "ps" and getattr(cfg.model, "embedding_l2", 0.0) > 0:
+        raise RecrunnerError("model.embedding_l2 applies to mode=local and mode=collective; "
+                             "mode=ps's tables live on the servers: set it to 0")
     ensure_dataset(cfg.dataset)
 
 
