@@ -133,6 +133,8 @@ def run_command(name: str, argv: Sequence[str]) -> int:
         return 0
     args, rest = parser.parse_known_args(argv)
     flags, overrides = split_overrides(normalize_overrides(rest))
+    if hasattr(module, "expand_overrides"):  # e.g. train's --paddlerec-config
+        overrides = module.expand_overrides(args, overrides)
     if args.config_file:
         from recrunner.config.compose import load_resolved
 

@@ -15,6 +15,17 @@ SMALL_MODEL = ["model.sparse_feature_number=10007", "model.sparse_feature_dim=8"
                "runner.learning_rate=0.002"]
 
 
+def model_keys(model: str, overrides: list[str]) -> list[str]:
+    """`overrides` without the model.* keys this model lacks (LR has no embedding dim or MLP)."""
+    from dataclasses import fields
+
+    from recrunner.models import load_model_module
+
+    keys = {f.name for f in fields(load_model_module(model).Config)}
+    return [o for o in overrides
+            if not o.startswith("model.") or o.split("=")[0].split(".")[1] in keys]
+
+
 def recrun(*args: str, cwd: Path | None = None, timeout: float = 300,
            env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the CLI in a fresh process, as a user would."""

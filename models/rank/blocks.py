@@ -105,12 +105,74 @@ class Linear(nn.Linear):
         return paddle.matmul(x, self.weight) + paddle.matmul(ones, self.bias.unsqueeze(0))
 
 
-def mlp(fan_in: int, hidden: list[int]) -> nn.Sequential:
-    """ReLU layers of the given sizes, then one logit; weights scaled by 1/sqrt(fan_in)."""
+def hidden_layers(fan_in: int, hidden: list[int], dropout: float = 0.0) -> list[nn.Layer]:
+    """ReLU layers of the given sizes (weights scaled by 1/sqrt(fan_in)), each followed by
+    dropout when `dropout` > 0 (identity in eval mode, so exports carry none)."""
     sizes = [fan_in, *hidden]
     layers: list[nn.Layer] = []
     for n_in, n_out in zip(sizes[:-1], sizes[1:], strict=True):
         layers += [Linear(n_in, n_out, weight_attr=paddle.ParamAttr(
             initializer=nn.initializer.Normal(std=1.0 / math.sqrt(n_in)))), nn.ReLU()]
-    layers.append(Linear(sizes[-1], 1))
+        if dropout > 0:
+            layers.append(nn.Dropout(dropout))
+    return layers
+
+
+def mlp(fan_in: int, hidden: list[int], dropout: float = 0.0) -> nn.Sequential:
+    """ReLU layers of the given sizes, then one logit; weights scaled by 1/sqrt(fan_in)."""
+    layers = hidden_layers(fan_in, hidden, dropout)
+    layers.append(Linear(hidden[-1] if hidden else fan_in, 1))
     return nn.Sequential(*layers)
+
+
+def fm_pairwise(latent: paddle.Tensor) -> paddle.Tensor:
+    """The factorization machine's second-order term of latent vectors [B, fields, dim]:
+    sum over pairs <v_i, v_j> = ((sum_i v_i)^2 - sum_i v_i^2) / 2, summed over dims: [B, 1]."""
+    square_of_sum = paddle.square(paddle.sum(latent, axis=1))
+    sum_of_square = paddle.sum(paddle.square(latent), axis=1)
+    return 0.5 * paddle.sum(square_of_sum - sum_of_square, axis=1, keepdim=True)
+
+
+class RowDecay(paddle.autograd.PyLayer):
+    """Identity whose backward adds l2 * row to each looked-up row's gradient: L2 on the rows a
+    batch uses (once per distinct id), which keeps the table's update lazy (a decay of the
+    whole table would make it dense)."""
+
+    @staticmethod
+    def forward(ctx: Any, rows: paddle.Tensor, l2: float) -> paddle.Tensor:
+        ctx.save_for_backward(rows)
+        ctx.l2 = l2
+        return rows.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: paddle.Tensor) -> paddle.Tensor:
+        (rows,) = ctx.saved_tensor()
+        return grad + ctx.l2 * rows
+
+
+class _DecayedLookup(nn.Embedding):
+    """The lookup IdTable's training path calls (through super()) for the distinct ids."""
+
+    row_l2: float = 0.0
+
+    def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
+        rows = super().forward(ids)
+        if self.training and paddle.in_dynamic_mode():
+            return RowDecay.apply(rows, self.row_l2)
+        return rows
+
+
+class DecayedIdTable(IdTable, _DecayedLookup):
+    """IdTable whose training lookups decay the rows they touch by row_l2 (model.embedding_l2;
+    dygraph modes: mode=ps's tables live on the servers)."""
+
+
+def decayed_id_table(number: int, width: int, sparse: bool, init_scale: float,
+                     row_l2: float) -> IdTable:
+    """`id_table`, with L2 on the rows each training batch looks up when row_l2 > 0."""
+    if row_l2 <= 0:
+        return id_table(number, width, sparse, init_scale)
+    table = DecayedIdTable(number, width, sparse=sparse, weight_attr=paddle.ParamAttr(
+        initializer=nn.initializer.Uniform(-init_scale, init_scale)))
+    table.row_l2 = row_l2
+    return table

@@ -12,10 +12,54 @@ KEYS = ["dataset.train", "dataset.test", "dataset.format", "dataset.on_error", "
         "model.sparse_feature_dim", "mode.name"]
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--paddlerec-config", metavar="YAML", help="run a PaddleRec "
+                        "config.yaml as it is (its runner: and hyper_parameters: sections)")
+    parser.add_argument("-o", dest="paddlerec_opts", metavar="KEY=VALUE", action="append",
+                        default=[], help="override a key of the PaddleRec config (repeatable)")
+    parser.add_argument("--paddlerec-import", metavar="PATH", help="write the PaddleRec "
+                        "config as an experiment file (conf/experiment/<name>.yaml) and stop")
+
+
+def expand_overrides(args: argparse.Namespace, overrides: list[str]) -> list[str]:
+    """--paddlerec-config: its keys as overrides before the command line's own."""
+    import sys
+
+    from recrunner.errors import RecrunnerError
+
+    if not args.paddlerec_config:
+        if args.paddlerec_opts or args.paddlerec_import:
+            raise RecrunnerError("-o and --paddlerec-import need --paddlerec-config")
+        return overrides
+    if args.config_file:
+        raise RecrunnerError("--paddlerec-config and --config-file exclude each other")
+    from recrunner.config.compose import load
+    from recrunner.config.paddlerec import translate
+
+    model = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == "model"),
+                 None)
+    mapped = translate(Path(args.paddlerec_config), args.paddlerec_opts, model)
+    for warning in mapped.warnings:
+        print(f"recrun train: warning: {warning}", file=sys.stderr)
+    expanded = [*mapped.overrides(), *overrides]
+    if args.paddlerec_import:
+        load(expanded)  # the file must compose before it is written
+        out = Path(args.paddlerec_import)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(mapped.experiment_yaml())
+        print(f"wrote {out}: train it with +experiment={out.stem} (from conf/experiment/)")
+        raise SystemExit(0)
+    return expanded
+
+
 def check(cfg: RootConfig) -> None:
     """Before the run directory exists: the data is there and has rows."""
     from recrunner.data.prepare import ensure_dataset
+    from recrunner.errors import RecrunnerError
 
+    if str(cfg.mode.name) == "ps" and getattr(cfg.model, "embedding_l2", 0.0) > 0:
+        raise RecrunnerError("model.embedding_l2 applies to mode=local and mode=collective; "
+                             "mode=ps's tables live on the servers: set it to 0")
     ensure_dataset(cfg.dataset)
 
 

@@ -15,10 +15,14 @@ from recrunner.errors import RecrunnerError, one_line
 from recrunner.models import load_model_module
 
 GROUPS = ("dataset", "model", "mode", "cluster", "serving", "logger")
+# Groups no default chooses (conf/experiment/: presets over several groups); `experiment=x`
+# is accepted as `+experiment=x`.
+OPTIONAL_GROUPS = ("experiment",)
 
 
 def normalize_overrides(overrides: Sequence[str]) -> list[str]:
-    """Accept both `+mode=local` and `mode=local` for the groups in the defaults list.
+    """Accept both `+mode=local` and `mode=local` for the groups in the defaults list (and
+    the optional groups).
 
     Hydra rejects `+group=x` for a group the primary config already chooses (and plain
     `group=x` for one it does not); every group here has a default, so `+` is dropped.
@@ -29,6 +33,8 @@ def normalize_overrides(overrides: Sequence[str]) -> list[str]:
             key = item[1:].split("=", 1)[0]
             if key in GROUPS:
                 item = item[1:]
+        elif item.split("=", 1)[0] in OPTIONAL_GROUPS:
+            item = "+" + item
         out.append(item)
     return out
 

@@ -37,16 +37,21 @@ def table_width(cfg: RootConfig) -> int:
 
 def dygraph_table(cfg: RootConfig) -> Any:
     """The id table of a dygraph run (sparse gradients when the model asks for them)."""
-    from recrunner.zoo.rank.blocks import id_table
+    from recrunner.zoo.rank.blocks import decayed_id_table
 
-    return id_table(table_rows(cfg), table_width(cfg), cfg.model.sparse_grad,
-                    cfg.model.init_scale)
+    return decayed_id_table(table_rows(cfg), table_width(cfg), cfg.model.sparse_grad,
+                            cfg.model.init_scale, getattr(cfg.model, "embedding_l2", 0.0))
 
 
 def build_net(cfg: RootConfig, table: Any = None) -> Any:
     """The model's Net over `table` (default: a new dygraph table)."""
     if table is None:
         table = dygraph_table(cfg)
+    elif getattr(cfg.model, "embedding_l2", 0.0) > 0:  # mode=ps: the servers' table
+        from recrunner.errors import RecrunnerError
+
+        raise RecrunnerError("model.embedding_l2 applies to mode=local and mode=collective; "
+                             "mode=ps's tables live on the servers: set it to 0")
     return load_net_class(cfg.model.name)(cfg.model, model_inputs(cfg), table)
 
 

@@ -12,6 +12,8 @@ class Config:
     sparse_feature_number: int = 1_000_001
     sparse_feature_dim: int = 9
     fc_sizes: list[int] = field(default_factory=lambda: [400, 400, 400])
+    # L2 on the embedding rows each training batch looks up (dygraph modes; 0: none).
+    embedding_l2: float = 0.0
     sparse_grad: bool = True
     init_scale: float = 0.01
 
@@ -19,3 +21,4 @@ class Config:
         at_least("model", self, sparse_feature_number=1, sparse_feature_dim=1)
         each_at_least("model", self, "fc_sizes", 1)
         positive("model", self, "init_scale")
+        at_least("model", self, embedding_l2=0.0)

@@ -4,7 +4,7 @@ one embedding table."""
 import paddle
 import paddle.nn as nn
 
-from ..blocks import Linear, embed_fields, mlp, split_rows
+from ..blocks import Linear, embed_fields, fm_pairwise, mlp, split_rows
 from .config import Config
 
 
@@ -30,8 +30,4 @@ class Net(nn.Layer):
         if self.first_order_dense is not None:
             first = first + self.first_order_dense(dense)
             deep_in = paddle.concat([deep_in, dense], axis=1)
-        # Sum over pairs <v_i, v_j> = ((sum_i v_i)^2 - sum_i v_i^2) / 2, summed over the dims.
-        square_of_sum = paddle.square(paddle.sum(latent, axis=1))
-        sum_of_square = paddle.sum(paddle.square(latent), axis=1)
-        second = 0.5 * paddle.sum(square_of_sum - sum_of_square, axis=1, keepdim=True)
-        return first + second + self.deep(deep_in)
+        return first + fm_pairwise(latent) + self.deep(deep_in)

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 
-from recrunner.config.checks import at_least, each_at_least, positive
+from recrunner.config.checks import at_least, each_at_least, positive, within
 
 
 @dataclass
@@ -12,7 +12,11 @@ class Config:
     sparse_feature_number: int = 1_000_001
     sparse_feature_dim: int = 9
     fc_sizes: list[int] = field(default_factory=lambda: [512, 256, 128, 32])
+    # Dropout after each hidden layer of the deep part (docs/models.md measures it).
+    dropout: float = 0.0
     # Sparse (SelectedRows) embedding gradients: with lazy Adam ~2.4x faster than dense.
+    # L2 on the embedding rows each training batch looks up (dygraph modes; 0: none).
+    embedding_l2: float = 0.0
     sparse_grad: bool = True
     init_scale: float = 0.01
 
@@ -20,3 +24,5 @@ class Config:
         at_least("model", self, sparse_feature_number=1, sparse_feature_dim=1)
         each_at_least("model", self, "fc_sizes", 1)
         positive("model", self, "init_scale")
+        at_least("model", self, embedding_l2=0.0)
+        within("model", self, "dropout", 0.0, 0.99)

@@ -20,7 +20,8 @@ class Net(nn.Layer):
         self.dim = cfg.sparse_feature_dim
         self.embedding = table
         self.wide_dense = Linear(inputs.num_dense, 1) if inputs.num_dense else None
-        self.deep = mlp(inputs.num_fields * self.dim + inputs.num_dense, cfg.fc_sizes)
+        self.deep = mlp(inputs.num_fields * self.dim + inputs.num_dense, cfg.fc_sizes,
+                        cfg.dropout)
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
         rows = embed_fields(self.embedding, sparse_ids, self.inputs)  # [B, fields, dim + 1]

@@ -1,0 +1,44 @@
+"""The FM network: w0 + sum_i w_i x_i + sum_{i<j} <v_i, v_j> x_i x_j over the sparse fields
+(x = 1) and the dense features (x = their value), all ids in one table."""
+
+import paddle
+import paddle.nn as nn
+
+from ..blocks import Linear, embed_fields, fm_pairwise, split_rows
+from .config import Config
+
+# Linear weights start at 0, as a logistic regression's do (Xavier's random start on raw
+# log-counts gives logits of several units that take epochs to unlearn).
+ZERO = paddle.ParamAttr(initializer=nn.initializer.Constant(0.0))
+
+
+class Net(nn.Layer):
+    @staticmethod
+    def table_width(cfg: Config) -> int:
+        # Latent vector (dim columns) and first-order weight (1 column) in one lookup.
+        return cfg.sparse_feature_dim + 1
+
+    def __init__(self, cfg: Config, inputs, table: nn.Layer) -> None:  # noqa: ANN001
+        super().__init__()
+        self.inputs = inputs
+        self.dim = cfg.sparse_feature_dim
+        self.embedding = table
+        self.first_order_dense = (Linear(inputs.num_dense, 1, weight_attr=ZERO)
+                                  if inputs.num_dense else None)
+        self.bias = None if self.first_order_dense else self.create_parameter(
+            [1], is_bias=True, default_initializer=nn.initializer.Constant(0.0))
+        # The dense features' latent vectors, [num_dense, dim] (the table's scale).
+        self.dense_latent = self.create_parameter(
+            [inputs.num_dense, self.dim], default_initializer=nn.initializer.Uniform(
+                -cfg.init_scale, cfg.init_scale)) if inputs.num_dense else None
+
+    def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
+        rows = embed_fields(self.embedding, sparse_ids, self.inputs)  # [B, fields, dim + 1]
+        latent, weight = split_rows(rows, self.dim)
+        first = paddle.sum(weight, axis=1, keepdim=True)
+        if self.first_order_dense is None or self.dense_latent is None:
+            return first + fm_pairwise(latent) + (0.0 if self.bias is None else self.bias)
+        # x_i v_i of each dense feature: [B, num_dense, dim].
+        dense_latent = paddle.unsqueeze(dense, 2) * paddle.unsqueeze(self.dense_latent, 0)
+        latent = paddle.concat([latent, dense_latent], axis=1)
+        return first + self.first_order_dense(dense) + fm_pairwise(latent)
