@@ -18,7 +18,7 @@ import numpy as np
 
 from recrunner.errors import RecrunnerError
 from recrunner.serving import protocol
-from recrunner.serving.server import INFERENCE_PATH
+from recrunner.serving.paddle_serving import INFERENCE_PATH
 
 
 @dataclass

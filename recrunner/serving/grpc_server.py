@@ -1,0 +1,103 @@
+"""The gRPC transport: one server on `serving.grpc_port` for every gRPC service.
+
+Services are registered by name (grpc's generic handlers) from each protocol's servicer:
+`service` (the full name) and `methods()` -> {name: (fn(message) -> (reply, rows), request
+class, reply class)}. The errors of the data plane become gRPC status codes with the same
+one-line reason the HTTP endpoints give; message size is limited by serving.max_body_bytes,
+as HTTP bodies are.
+"""
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+import grpc
+
+from recrunner.config.serving import ServingConfig
+from recrunner.errors import RecrunnerError
+from recrunner.serving.dataplane import error_status
+
+log = logging.getLogger(__name__)
+
+# HTTP status of a data-plane error -> gRPC code.
+CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,
+         413: grpc.StatusCode.RESOURCE_EXHAUSTED, 503: grpc.StatusCode.UNAVAILABLE}
+
+
+class Servicer(Protocol):
+    service: str
+
+    def methods(self) -> dict[str, tuple[Any, Any, Any]]: ...
+
+
+# (endpoint, status code value, seconds, rows) after each call; begin/end around it.
+Observe = Callable[[str, int, float, int], None]
+
+
+class GrpcServer:
+    def __init__(self, cfg: ServingConfig, servicers: list[Servicer], observe: Observe,
+                 begin: Callable[[], None], end: Callable[[], None]) -> None:
+        self.cfg = cfg
+        self._observe, self._begin, self._end = observe, begin, end
+        options = [("grpc.max_receive_message_length", cfg.max_body_bytes),
+                   ("grpc.max_send_message_length", cfg.max_body_bytes),
+                   ("grpc.so_reuseport", 0)]
+        # Enough threads for many concurrent clients: each call blocks on the batcher.
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=32, thread_name_prefix="grpc"),
+                                  options=options)
+        for servicer in servicers:
+            handlers = {name: grpc.unary_unary_rpc_method_handler(
+                self._wrap(servicer.service, name, fn), request_deserializer=req.FromString,
+                response_serializer=resp.SerializeToString)
+                for name, (fn, req, resp) in servicer.methods().items()}
+            self.server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler(servicer.service, handlers),))
+        self.port = 0
+
+    def _wrap(self, service: str, name: str, fn: Callable[[Any], tuple[Any, int]]
+              ) -> Callable[[Any, grpc.ServicerContext], Any]:
+        endpoint = f"grpc_{service.rsplit('.', 1)[-1]}_{name}"
+
+        def call(msg: Any, context: grpc.ServicerContext) -> Any:
+            self._begin()
+            t0 = time.perf_counter()
+            code, rows = grpc.StatusCode.OK, 0
+            try:
+                try:
+                    reply, rows = fn(msg)
+                    return reply
+                except Exception as exc:
+                    known = error_status(exc)
+                    if known is None:  # a bug or a predictor failure: INTERNAL, keep serving
+                        log.exception("gRPC %s/%s failed", service, name)
+                        code, reason = (grpc.StatusCode.INTERNAL,
+                                        f"internal error: {type(exc).__name__}: {exc}")
+                    else:
+                        status, reason = known
+                        code = CODES.get(status, grpc.StatusCode.INVALID_ARGUMENT)
+            finally:
+                self._observe(endpoint, code.value[0], time.perf_counter() - t0, rows)
+                self._end()
+            context.abort(code, " ".join(reason.split()))  # raises; always one line
+
+        return call
+
+    def start(self, host: str, port: int) -> int:
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            bound = self.server.add_insecure_port(address)
+        except RuntimeError as exc:
+            bound, detail = 0, str(exc)
+        else:
+            detail = "address in use or not available"
+        if not bound:
+            raise RecrunnerError(f"cannot listen for gRPC on {address}: {detail} (set "
+                                 "serving.grpc_port)")
+        self.server.start()
+        self.port = bound
+        return bound
+
+    def stop(self, grace_s: float) -> None:
+        self.server.stop(grace_s).wait(grace_s + 1)

@@ -1,0 +1,195 @@
+"""The HTTP transport: stdlib ThreadingHTTPServer (one thread per connection, HTTP/1.1
+keep-alive). It reads a bounded body, undoes `Content-Encoding` (gzip, deflate) within the
+same bound, hands a router.Request to the app, and writes the reply in one write, compressed
+when the client's `Accept-Encoding` asks for it. The request threads parse and validate; the
+MicroBatcher's predictor threads run the model (Paddle and ONNX Runtime release the GIL while
+they compute, so parsing overlaps with prediction).
+"""
+
+import gzip
+import socket
+import sys
+import time
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+from recrunner.serving.protocol import BadRequest
+from recrunner.serving.router import Reply, Request
+
+if TYPE_CHECKING:
+    from recrunner.serving.server import ServingApp
+
+# Replies shorter than this go uncompressed even when gzip is accepted: no gain, only time.
+MIN_COMPRESS = 256
+
+
+def decode_body(body: bytes, encoding: str, limit: int) -> bytes:
+    """`body` without its Content-Encoding, at most `limit` bytes once decoded."""
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "x-gzip", "deflate"):
+        raise BadRequest(f"Content-Encoding {encoding!r} not supported (gzip, deflate)", 415)
+    # wbits: 16+ for the gzip wrapper, + for zlib's (what HTTP calls deflate).
+    inflater = zlib.decompressobj(31 if "gzip" in encoding else 15)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise BadRequest(f"invalid {encoding} body: {exc}") from exc
+    if len(out) > limit:
+        raise BadRequest(f"body is over serving.max_body_bytes={limit} once decompressed", 413)
+    if not inflater.eof:
+        raise BadRequest(f"invalid {encoding} body: truncated")
+    return out
+
+
+def accepts(header: str, coding: str) -> bool:
+    """Whether an Accept-Encoding header allows `coding` (q=0 refuses it)."""
+    for part in header.lower().split(","):
+        name, _, params = part.partition(";")
+        if name.strip() == coding:
+            q = params.strip().removeprefix("q=")
+            try:
+                return not params.strip() or float(q) > 0
+            except ValueError:
+                return True
+    return False
+
+
+def encode_reply(reply: Reply, accept_encoding: str) -> Reply:
+    if len(reply.body) < MIN_COMPRESS or not accept_encoding:
+        return reply
+    if accepts(accept_encoding, "gzip"):
+        reply.body = gzip.compress(reply.body, compresslevel=1, mtime=0)
+        reply.headers["Content-Encoding"] = "gzip"
+    elif accepts(accept_encoding, "deflate"):
+        reply.body = zlib.compress(reply.body, 1)
+        reply.headers["Content-Encoding"] = "deflate"
+    return reply
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "recrun-serve"
+    sys_version = ""
+    app: "ServingApp"  # set on the subclass made per server
+
+    def setup(self) -> None:
+        super().setup()
+        # One write per reply plus no Nagle: no 40 ms delayed-ACK stalls on keep-alive.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass  # per-request lines would cost more than the request; /metrics has the counts
+
+    def do_GET(self) -> None:
+        self._serve(read_body=False)
+
+    def do_POST(self) -> None:
+        self._serve(read_body=True)
+
+    def do_PUT(self) -> None:
+        self._serve(read_body=True)
+
+    def do_DELETE(self) -> None:
+        self._serve(read_body=False)
+
+    _discard = 0
+
+    def _serve(self, read_body: bool) -> None:
+        app = self.app
+        app.begin()
+        t0 = time.perf_counter()
+        path = self.path.split("?", 1)[0]
+        try:
+            endpoint, reply = self._reply(app, path, read_body)
+            if reply is None:  # the client went away or stalled
+                self.close_connection = True
+                return
+            if app.draining:
+                self.close_connection = True
+            # Counted before the reply goes out: a client that reads /metrics next sees it.
+            app.metrics.observe(endpoint, reply.status, time.perf_counter() - t0, reply.rows)
+            self._write(encode_reply(reply, self.headers.get("Accept-Encoding", "")))
+            if self._discard:
+                self._linger(self._discard)
+        except OSError:
+            self.close_connection = True
+        finally:
+            app.end()
+
+    def _linger(self, length: int) -> None:
+        """Read and drop an over-limit body for a moment, so the client (which is usually
+        still sending) reads our 413 instead of a connection reset."""
+        deadline = time.monotonic() + 2.0
+        left = min(length, 4 * self.app.cfg.max_body_bytes)
+        try:
+            self.connection.settimeout(0.5)
+            while left > 0 and time.monotonic() < deadline:
+                chunk = self.rfile.read1(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:
+            pass
+
+    def _reply(self, app: "ServingApp", path: str, read_body: bool
+               ) -> tuple[str, Reply | None]:
+        request = Request(self.command, path, self.headers)  # type: ignore[arg-type]
+        if read_body:
+            limit = app.cfg.max_body_bytes
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                self.close_connection = True
+                return app.error(request, 411, "send a Content-Length (chunked bodies are "
+                                               "not accepted)")
+            length_text = self.headers.get("Content-Length")
+            if length_text is None:
+                self.close_connection = True
+                return app.error(request, 411, "Content-Length required")
+            try:
+                length = int(length_text)
+                if length < 0:
+                    raise ValueError
+            except ValueError:
+                self.close_connection = True
+                return app.error(request, 400, f"bad Content-Length {length_text!r}")
+            if length > limit:
+                self.close_connection = True  # the unread body would be parsed as a request
+                self._discard = length
+                return app.error(request, 413, f"body of {length} bytes is over "
+                                               f"serving.max_body_bytes={limit}")
+            try:
+                body = self.rfile.read(length)
+            except (TimeoutError, OSError):
+                return "other", None
+            if len(body) != length:
+                return "other", None
+            try:
+                request.body = decode_body(body, self.headers.get("Content-Encoding", ""),
+                                           limit)
+            except BadRequest as exc:
+                request.body = b""
+                return app.error(request, exc.status, exc.reason)
+        return app.handle(request)
+
+    def _write(self, reply: Reply) -> None:
+        head = (f"HTTP/1.1 {reply.status} {self.responses.get(reply.status, ('',))[0]}\r\n"
+                f"Content-Type: {reply.content_type}\r\n"
+                f"Content-Length: {len(reply.body)}\r\n")
+        for name, value in reply.headers.items():
+            head += f"{name}: {value}\r\n"
+        if self.close_connection:
+            head += "Connection: close\r\n"
+        self.wfile.write(head.encode("latin-1") + b"\r\n" + reply.body)
+
+
+class HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # 8+ clients connecting at once must not hit SYN retries
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):  # resets and timeouts are the client's business
+            return
+        super().handle_error(request, client_address)
