@@ -16,6 +16,7 @@ from recrunner.export.check import (
     mismatches,
     probe_inputs,
 )
+from recrunner.export.serving_conf import write_serving_conf
 from recrunner.export.spec import (
     DENSE_INPUT,
     META_FILE,
@@ -84,6 +85,7 @@ def save_export(net: Any, export_dir: str | Path, schema: Schema, model_name: st
             raise ExportCheckError(f"export check failed, nothing exported to {export_dir}: "
                                    f"{failed}")
         meta["check"] = {"tolerance": TOLERANCE, "probe_rows": len(expected), "engines": results}
+        write_serving_conf(tmp, meta)  # Paddle Serving's clients read the export as it is
         # export.json last: without it the directory is not an export.
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2))
     except BaseException:

@@ -51,6 +51,14 @@ def error_status(exc: BaseException) -> tuple[int, str] | None:
     return None
 
 
+def export_name(meta: dict[str, Any]) -> str:
+    """The model's name as export.json records it (e.g. wide_deep)."""
+    name = meta.get("model")
+    if isinstance(name, dict):
+        name = name.get("name")
+    return str(name) if name else "model"
+
+
 class DataPlane:
     def __init__(self, cfg: ServingConfig, model_dir: Path) -> None:
         self.cfg = cfg
@@ -72,7 +80,7 @@ class DataPlane:
             batcher = MicroBatcher(engine.predict_fns, self.cfg.max_batch_rows,
                                    self.cfg.batch_wait_ms / 1000, self.cfg.max_queue_rows)
             self._model = ServedModel(
-                name=self.cfg.model_name or str(meta.get("model") or "model"), version="1",
+                name=self.cfg.model_name or export_name(meta), version="1",
                 spec=protocol.Model(exported.schema, names), meta=meta, batcher=batcher,
                 engine=engine.name, engine_note=engine.note)
         except Exception as exc:

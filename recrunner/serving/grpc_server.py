@@ -14,10 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from recrunner.config.serving import ServingConfig
 from recrunner.errors import RecrunnerError
 from recrunner.serving.dataplane import error_status
+from recrunner.serving.protocol import BadRequest
 
 log = logging.getLogger(__name__)
 
@@ -48,24 +50,31 @@ class GrpcServer:
         self.server = grpc.server(ThreadPoolExecutor(max_workers=32, thread_name_prefix="grpc"),
                                   options=options)
         for servicer in servicers:
+            # Requests arrive as bytes and are parsed in _wrap: a malformed message is the
+            # client's error (INVALID_ARGUMENT), not grpc's INTERNAL.
             handlers = {name: grpc.unary_unary_rpc_method_handler(
-                self._wrap(servicer.service, name, fn), request_deserializer=req.FromString,
+                self._wrap(servicer.service, name, fn, req),
                 response_serializer=resp.SerializeToString)
                 for name, (fn, req, resp) in servicer.methods().items()}
             self.server.add_generic_rpc_handlers(
                 (grpc.method_handlers_generic_handler(servicer.service, handlers),))
         self.port = 0
 
-    def _wrap(self, service: str, name: str, fn: Callable[[Any], tuple[Any, int]]
-              ) -> Callable[[Any, grpc.ServicerContext], Any]:
+    def _wrap(self, service: str, name: str, fn: Callable[[Any], tuple[Any, int]],
+              request_class: Any) -> Callable[[bytes, grpc.ServicerContext], Any]:
         endpoint = f"grpc_{service.rsplit('.', 1)[-1]}_{name}"
 
-        def call(msg: Any, context: grpc.ServicerContext) -> Any:
+        def call(data: bytes, context: grpc.ServicerContext) -> Any:
             self._begin()
             t0 = time.perf_counter()
             code, rows = grpc.StatusCode.OK, 0
             try:
                 try:
+                    try:
+                        msg = request_class.FromString(data)
+                    except DecodeError as exc:
+                        raise BadRequest(f"invalid protobuf {request_class.__name__}: "
+                                         f"{exc}") from exc
                     reply, rows = fn(msg)
                     return reply
                 except Exception as exc:

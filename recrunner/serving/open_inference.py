@@ -21,8 +21,8 @@ EXTENSIONS = ["binary_tensor_data"]
 HEADER_LENGTH = "Inference-Header-Content-Length"
 # The export's numpy dtypes in the protocol's words, and what each input accepts.
 DATATYPE = {"float32": "FP32", "int64": "INT64", "int32": "INT32", "float64": "FP64"}
-NUMPY: dict[str, np.dtype[Any]] = {"FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"), "INT64": np.dtype("<i8"),
-         "INT32": np.dtype("<i4")}
+NUMPY: dict[str, np.dtype[Any]] = {"FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"),
+                                   "INT64": np.dtype("<i8"), "INT32": np.dtype("<i4")}
 ACCEPTS = {DENSE_INPUT: ("FP32", "FP64"), SPARSE_INPUT: ("INT64", "INT32")}
 # gRPC typed contents per datatype.
 CONTENTS = {"FP32": "fp32_contents", "FP64": "fp64_contents", "INT64": "int64_contents",

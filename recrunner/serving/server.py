@@ -56,7 +56,8 @@ class ServingApp:
         for endpoints in (PaddleServingEndpoints(self.plane), RawRowsEndpoints(self.plane),
                           OpenInferenceEndpoints(self.plane)):
             endpoints.register(self.router)
-        self.servicers: list[Servicer] = [GeneralModelServicer(self.plane), InferenceServicer(self.plane)]
+        self.servicers: list[Servicer] = [GeneralModelServicer(self.plane),
+                                          InferenceServicer(self.plane)]
         self._inflight = 0
         self._idle = threading.Condition()
 
