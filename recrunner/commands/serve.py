@@ -68,8 +68,11 @@ def serve_here(cfg: RootConfig) -> int:
             return 1
         if not ready_said and server.app.ready.is_set():
             install_handlers()  # in case loading an engine replaced them
+            name = server.app.plane.loaded.name if server.app.plane.loaded else "?"
             print(f"recrun serve: ready: POST {server.url}/GeneralModelService/inference, "
-                  f"/<name>/prediction, /predict", file=sys.stderr, flush=True)
+                  f"/<name>/prediction, /predict, /v2/models/{name}/infer; gRPC "
+                  f"GeneralModelService and GRPCInferenceService on {server.grpc_target}",
+                  file=sys.stderr, flush=True)
             ready_said = True
     inflight = server.app.inflight
     print(f"recrun serve: shutting down ({inflight} request(s) in flight)", file=sys.stderr,

@@ -20,10 +20,6 @@ from recrunner.serving.router import Reply, Request
 if TYPE_CHECKING:
     from recrunner.serving.server import ServingApp
 
-# Replies shorter than this go uncompressed even when gzip is accepted: no gain, only time.
-MIN_COMPRESS = 256
-
-
 def decode_body(body: bytes, encoding: str, limit: int) -> bytes:
     """`body` without its Content-Encoding, at most `limit` bytes once decoded."""
     encoding = encoding.strip().lower()
@@ -58,7 +54,7 @@ def accepts(header: str, coding: str) -> bool:
 
 
 def encode_reply(reply: Reply, accept_encoding: str) -> Reply:
-    if len(reply.body) < MIN_COMPRESS or not accept_encoding:
+    if not accept_encoding:  # asked for, it is given, however short (level 1: cheap)
         return reply
     if accepts(accept_encoding, "gzip"):
         reply.body = gzip.compress(reply.body, compresslevel=1, mtime=0)

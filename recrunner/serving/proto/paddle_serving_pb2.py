@@ -24,21 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14paddle_serving.proto\x12,baidu.paddle_serving.predictor.general_model\"\xa8\x02\n\x06Tensor\x12\x12\n\nint64_data\x18\x01 \x03(\x03\x12\x12\n\nfloat_data\x18\x02 \x03(\x02\x12\x10\n\x08int_data\x18\x03 \x03(\x05\x12\x14\n\x0c\x66loat64_data\x18\x04 \x03(\x01\x12\x13\n\x0buint32_data\x18\x05 \x03(\r\x12\x11\n\tbool_data\x18\x06 \x03(\x08\x12\x16\n\x0e\x63omplex64_data\x18\x07 \x03(\x02\x12\x17\n\x0f\x63omplex128_data\x18\x08 \x03(\x01\x12\x0c\n\x04\x64\x61ta\x18\t \x03(\t\x12\x11\n\telem_type\x18\n \x01(\x05\x12\r\n\x05shape\x18\x0b \x03(\x05\x12\x0b\n\x03lod\x18\x0c \x03(\x05\x12\x0c\n\x04name\x18\r \x01(\t\x12\x12\n\nalias_name\x18\x0e \x01(\t\x12\x16\n\x0etensor_content\x18\x0f \x01(\x0c\"\x90\x01\n\x07Request\x12\x44\n\x06tensor\x18\x01 \x03(\x0b\x32\x34.baidu.paddle_serving.predictor.general_model.Tensor\x12\x17\n\x0f\x66\x65tch_var_names\x18\x02 \x03(\t\x12\x16\n\x0eprofile_server\x18\x03 \x01(\x08\x12\x0e\n\x06log_id\x18\x04 \x01(\x04\"\xb5\x01\n\x08Response\x12J\n\x07outputs\x18\x01 \x03(\x0b\x32\x39.baidu.paddle_serving.predictor.general_model.ModelOutput\x12\x14\n\x0cprofile_time\x18\x02 \x03(\x03\x12\x16\n\x0eprofile_server\x18\x03 \x01(\x08\x12\x0e\n\x06log_id\x18\x04 \x01(\x04\x12\x0e\n\x06\x65rr_no\x18\x05 \x01(\x05\x12\x0f\n\x07\x65rr_msg\x18\x06 \x01(\t\"h\n\x0bModelOutput\x12\x44\n\x06tensor\x18\x01 \x03(\x0b\x32\x34.baidu.paddle_serving.predictor.general_model.Tensor\x12\x13\n\x0b\x65ngine_name\x18\x02 \x01(\t2\x89\x02\n\x13GeneralModelService\x12z\n\tinference\x12\x35.baidu.paddle_serving.predictor.general_model.Request\x1a\x36.baidu.paddle_serving.predictor.general_model.Response\x12v\n\x05\x64\x65\x62ug\x12\x35.baidu.paddle_serving.predictor.general_model.Request\x1a\x36.baidu.paddle_serving.predictor.general_model.Responseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14paddle_serving.proto\x12\x18recrunner.paddle_serving\"\xa8\x02\n\x06Tensor\x12\x12\n\nint64_data\x18\x01 \x03(\x03\x12\x12\n\nfloat_data\x18\x02 \x03(\x02\x12\x10\n\x08int_data\x18\x03 \x03(\x05\x12\x14\n\x0c\x66loat64_data\x18\x04 \x03(\x01\x12\x13\n\x0buint32_data\x18\x05 \x03(\r\x12\x11\n\tbool_data\x18\x06 \x03(\x08\x12\x16\n\x0e\x63omplex64_data\x18\x07 \x03(\x02\x12\x17\n\x0f\x63omplex128_data\x18\x08 \x03(\x01\x12\x0c\n\x04\x64\x61ta\x18\t \x03(\t\x12\x11\n\telem_type\x18\n \x01(\x05\x12\r\n\x05shape\x18\x0b \x03(\x05\x12\x0b\n\x03lod\x18\x0c \x03(\x05\x12\x0c\n\x04name\x18\r \x01(\t\x12\x12\n\nalias_name\x18\x0e \x01(\t\x12\x16\n\x0etensor_content\x18\x0f \x01(\x0c\"|\n\x07Request\x12\x30\n\x06tensor\x18\x01 \x03(\x0b\x32 .recrunner.paddle_serving.Tensor\x12\x17\n\x0f\x66\x65tch_var_names\x18\x02 \x03(\t\x12\x16\n\x0eprofile_server\x18\x03 \x01(\x08\x12\x0e\n\x06log_id\x18\x04 \x01(\x04\"\xa1\x01\n\x08Response\x12\x36\n\x07outputs\x18\x01 \x03(\x0b\x32%.recrunner.paddle_serving.ModelOutput\x12\x14\n\x0cprofile_time\x18\x02 \x03(\x03\x12\x16\n\x0eprofile_server\x18\x03 \x01(\x08\x12\x0e\n\x06log_id\x18\x04 \x01(\x04\x12\x0e\n\x06\x65rr_no\x18\x05 \x01(\x05\x12\x0f\n\x07\x65rr_msg\x18\x06 \x01(\t\"T\n\x0bModelOutput\x12\x30\n\x06tensor\x18\x01 \x03(\x0b\x32 .recrunner.paddle_serving.Tensor\x12\x13\n\x0b\x65ngine_name\x18\x02 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'paddle_serving_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TENSOR']._serialized_start=71
-  _globals['_TENSOR']._serialized_end=367
-  _globals['_REQUEST']._serialized_start=370
-  _globals['_REQUEST']._serialized_end=514
-  _globals['_RESPONSE']._serialized_start=517
-  _globals['_RESPONSE']._serialized_end=698
-  _globals['_MODELOUTPUT']._serialized_start=700
-  _globals['_MODELOUTPUT']._serialized_end=804
-  _globals['_GENERALMODELSERVICE']._serialized_start=807
-  _globals['_GENERALMODELSERVICE']._serialized_end=1072
+  _globals['_TENSOR']._serialized_start=51
+  _globals['_TENSOR']._serialized_end=347
+  _globals['_REQUEST']._serialized_start=349
+  _globals['_REQUEST']._serialized_end=473
+  _globals['_RESPONSE']._serialized_start=476
+  _globals['_RESPONSE']._serialized_end=637
+  _globals['_MODELOUTPUT']._serialized_start=639
+  _globals['_MODELOUTPUT']._serialized_end=723
 # @@protoc_insertion_point(module_scope)
