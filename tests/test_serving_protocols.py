@@ -166,6 +166,9 @@ def test_garbage_over_grpc_is_invalid_argument(server: Server) -> None:
             call(b"\xff\xff\xff", timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "invalid protobuf Request" in err.value.details()
+    # Counted in /metrics by service, method and gRPC status code (3: INVALID_ARGUMENT).
+    assert ('recrun_serving_requests_total{endpoint="grpc_GeneralModelService_inference",'
+            'code="3"}') in server.app.render_metrics()
 
 
 # --- Open Inference Protocol: tritonclient, unchanged ------------------------------------------

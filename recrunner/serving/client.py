@@ -220,3 +220,79 @@ def run_load(url: str, requests: Sequence[Request], iterations: int, warmup: int
         if measured:
             result.wall_s = time.perf_counter() - t0
     return result
+
+
+@dataclass
+class GrpcCall:
+    method: str  # /package.Service/Method
+    body: bytes  # the serialized request
+    rows: int
+
+
+def paddle_grpc_call(dense: np.ndarray, sparse: np.ndarray) -> GrpcCall:
+    from recrunner.serving.paddle_serving import GRPC_SERVICE
+
+    return GrpcCall(f"/{GRPC_SERVICE}/inference", proto_request(dense, sparse).body, len(dense))
+
+
+def v2_grpc_call(model: str, dense: np.ndarray, sparse: np.ndarray) -> GrpcCall:
+    from recrunner.serving.open_inference import GRPC_SERVICE
+    from recrunner.serving.proto import open_inference_pb2 as pb
+
+    tensor = pb.ModelInferRequest.InferInputTensor
+    msg = pb.ModelInferRequest(
+        model_name=model,
+        inputs=[tensor(name="dense", datatype="FP32", shape=list(dense.shape)),
+                tensor(name="sparse_ids", datatype="INT64", shape=list(sparse.shape))],
+        raw_input_contents=[np.ascontiguousarray(dense, "<f4").tobytes(),
+                            np.ascontiguousarray(sparse, "<i8").tobytes()])
+    return GrpcCall(f"/{GRPC_SERVICE}/ModelInfer", msg.SerializeToString(), len(dense))
+
+
+def run_grpc_load(target: str, calls: Sequence[GrpcCall], iterations: int, warmup: int = 0,
+                  concurrency: int = 1, timeout_s: float = 30.0) -> LoadResult:
+    """run_load's gRPC twin: one channel per client thread, serialized requests prepared."""
+    import grpc
+
+    result = LoadResult()
+    lock = threading.Lock()
+
+    def client(jobs: "itertools.count[int]", total: int, measured: bool) -> None:
+        with grpc.insecure_channel(target) as channel:
+            stubs = {c.method: channel.unary_unary(c.method) for c in calls}
+            for i in jobs:
+                if i >= total:
+                    return
+                call = calls[i % len(calls)]
+                t0 = time.perf_counter()
+                try:
+                    stubs[call.method](call.body, timeout=timeout_s)
+                    status, error = 0, None
+                except grpc.RpcError as exc:
+                    status, error = exc.code().value[0], f"{exc.code()}: {exc.details()}"
+                elapsed = time.perf_counter() - t0
+                if not measured:
+                    continue
+                with lock:
+                    result.latencies_s.append(elapsed)
+                    result.status_counts[status] = result.status_counts.get(status, 0) + 1
+                    if error is None:
+                        result.rows += call.rows
+                    else:
+                        result.errors += 1
+                        result.first_error = result.first_error or error
+
+    for total, measured in ((warmup, False), (iterations, True)):
+        if total <= 0:
+            continue
+        jobs = itertools.count()
+        threads = [threading.Thread(target=client, args=(jobs, total, measured), daemon=True)
+                   for _ in range(concurrency)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if measured:
+            result.wall_s = time.perf_counter() - t0
+    return result
