@@ -288,3 +288,39 @@ def test_bad_v2_requests(server: Server, what: str, body: bytes, headers: dict[s
     assert got == status, data
     message = json.loads(data)["error"]
     assert needle in message and "\n" not in message
+
+
+def test_every_protocol_under_concurrent_load_shares_the_batcher(
+        server: Server, offline: dict[str, np.ndarray]) -> None:
+    """8 HTTP clients (protobuf, binary v2) and 8 gRPC clients (both services) at once: no
+    errors, replies right, and requests of all protocols merged into shared predictor calls."""
+    import threading
+
+    from recrunner.serving import client
+
+    dense, sparse, name = offline["dense"], offline["sparse"], model_name(server)
+    http_reqs = [r for i in range(0, 60, 3) for r in (
+        client.proto_request(dense[i:i + 3], sparse[i:i + 3]),
+        client.v2_request(name, dense[i:i + 3], sparse[i:i + 3]))]
+    calls = [c for i in range(0, 60, 3) for c in (
+        client.paddle_grpc_call(dense[i:i + 3], sparse[i:i + 3]),
+        client.v2_grpc_call(name, dense[i:i + 3], sparse[i:i + 3]))]
+    batcher = server.app.batcher
+    assert batcher is not None
+    before_batches, before_rows = batcher.stats.batches, batcher.stats.rows
+    got: dict[str, Any] = {}
+    grpc_thread = threading.Thread(target=lambda: got.update(g=client.run_grpc_load(
+        server.grpc_target, calls, 400, concurrency=8)))
+    grpc_thread.start()
+    by_kind = {kind: client.run_load(server.url, http_reqs[k::2], 200, concurrency=4,
+                                     endpoint=kind)
+               for k, kind in enumerate(("proto", "v2"))}
+    grpc_thread.join(120)
+    assert got["g"].status_counts == {0: 400}, got["g"].first_error
+    for kind, res in by_kind.items():
+        assert res.status_counts == {200: 200}, res.first_error
+        for i in range(20):  # requests 0..19 cover rows 0..59, in order
+            np.testing.assert_allclose(res.predictions[i], offline["probs"][3 * i:3 * i + 3],
+                                       atol=ATOL, err_msg=kind)
+    assert batcher.stats.rows - before_rows == 3 * 800
+    assert batcher.stats.batches - before_batches < 800  # merged across requests

@@ -65,6 +65,8 @@ class DataPlane:
         self.model_dir = model_dir
         self.ready = threading.Event()
         self.failed: str | None = None
+        # Shutting down: requests in flight finish, readiness probes say no.
+        self.draining = False
         self._model: ServedModel | None = None
 
     def load(self) -> None:
@@ -94,6 +96,11 @@ class DataPlane:
         if model is None or not self.ready.is_set():
             raise NotReady("model not loaded yet")
         return model
+
+    @property
+    def accepting(self) -> bool:
+        """Ready for new traffic: a model is loaded and the server is not shutting down."""
+        return self._model is not None and self.ready.is_set() and not self.draining
 
     @property
     def loaded(self) -> ServedModel | None:

@@ -10,7 +10,7 @@ import numpy as np
 from recrunner import __version__
 from recrunner.export import DENSE_INPUT, OUTPUT, SPARSE_INPUT
 from recrunner.serving import protocol
-from recrunner.serving.dataplane import DataPlane, ServedModel
+from recrunner.serving.dataplane import DataPlane, NotReady, ServedModel
 from recrunner.serving.proto import open_inference_pb2 as pb
 from recrunner.serving.protocol import BadRequest
 from recrunner.serving.router import Reply, Request, Router, json_reply
@@ -200,6 +200,8 @@ class OpenInferenceEndpoints:
 
     def ready(self, request: Request, params: dict[str, str]) -> Reply:
         self.plane.current()  # NotReady: 503
+        if not self.plane.accepting:
+            raise NotReady("shutting down")
         return json_reply(200, {"ready": True})
 
     def model_ready(self, request: Request, params: dict[str, str]) -> Reply:
@@ -293,8 +295,7 @@ class InferenceServicer:
         return pb.ServerLiveResponse(live=True), 0
 
     def server_ready(self, msg: pb.ServerReadyRequest) -> tuple[Any, int]:
-        return pb.ServerReadyResponse(ready=self.plane.loaded is not None
-                                      and self.plane.ready.is_set()), 0
+        return pb.ServerReadyResponse(ready=self.plane.accepting), 0
 
     def model_ready(self, msg: pb.ModelReadyRequest) -> tuple[Any, int]:
         model_for(self.plane, msg.name, msg.version)

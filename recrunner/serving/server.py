@@ -46,7 +46,6 @@ class ServingApp:
         self.model_dir = model_dir
         self.plane = DataPlane(cfg, model_dir)
         self.metrics = Metrics()
-        self.draining = False
         self.router = Router()
         self.router.add("GET", "/healthz", "healthz", lambda r, p: self.health())
         self.router.add("GET", "/livez", "livez", lambda r, p: json_reply(200, {"status":
@@ -62,6 +61,14 @@ class ServingApp:
         self._idle = threading.Condition()
 
     # --- what the model is (through the data plane) -----------------------------------------
+
+    @property
+    def draining(self) -> bool:
+        return self.plane.draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self.plane.draining = value
 
     @property
     def ready(self) -> threading.Event:
