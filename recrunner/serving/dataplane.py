@@ -69,26 +69,36 @@ class DataPlane:
         self.draining = False
         self._model: ServedModel | None = None
 
-    def load(self) -> None:
-        """Load the export and start its predictor threads; readiness follows."""
+    def build(self, model_dir: Path, version: str = "1") -> ServedModel:
+        """Load an export and start its predictor threads (not yet serving)."""
         from recrunner.serving.engine import load_engine
 
+        engine = load_engine(model_dir, str(self.cfg.engine), self.cfg.threads,
+                             max(1, self.cfg.workers))
+        exported = engine.exported
+        names = (OUTPUT, *exported.predictor.get_output_names())
+        meta = exported.meta
+        batcher = MicroBatcher(engine.predict_fns, self.cfg.max_batch_rows,
+                               self.cfg.batch_wait_ms / 1000, self.cfg.max_queue_rows)
+        return ServedModel(name=self.cfg.model_name or export_name(meta), version=version,
+                           spec=protocol.Model(exported.schema, names), meta=meta,
+                           batcher=batcher, engine=engine.name, engine_note=engine.note)
+
+    def install(self, model: ServedModel) -> ServedModel | None:
+        """Serve `model` from the next request on (one reference assignment); returns the
+        model it replaces, whose batcher the caller closes once its requests are done."""
+        old, self._model = self._model, model
+        self.ready.set()
+        return old
+
+    def load(self) -> None:
+        """Load the export of serving.model_dir and serve it; readiness follows."""
         try:
-            engine = load_engine(self.model_dir, str(self.cfg.engine), self.cfg.threads,
-                                 max(1, self.cfg.workers))
-            exported = engine.exported
-            names = (OUTPUT, *exported.predictor.get_output_names())
-            meta = exported.meta
-            batcher = MicroBatcher(engine.predict_fns, self.cfg.max_batch_rows,
-                                   self.cfg.batch_wait_ms / 1000, self.cfg.max_queue_rows)
-            self._model = ServedModel(
-                name=self.cfg.model_name or export_name(meta), version="1",
-                spec=protocol.Model(exported.schema, names), meta=meta, batcher=batcher,
-                engine=engine.name, engine_note=engine.note)
+            model = self.build(self.model_dir)
         except Exception as exc:
             self.failed = f"cannot load {self.model_dir}: {exc}"
             raise
-        self.ready.set()
+        self.install(model)
 
     def current(self) -> ServedModel:
         """The model to answer a request with; NotReady when there is none."""
