@@ -14,8 +14,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 from recrunner.config.serving import ServingConfig
 from recrunner.errors import RecrunnerError
 from recrunner.export import META_FILE
@@ -169,10 +167,6 @@ class ServingApp:
                     "predictor_seconds_total": ("Seconds spent in predictor calls.", s.seconds),
                 }
         return self.metrics.render(gauges, counters)
-
-    def predict(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
-        model = self.plane.current()
-        return self.plane.infer(model, dense, sparse)
 
 
 class Server:
