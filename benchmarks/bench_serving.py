@@ -69,6 +69,13 @@ def engine_alone(export: Path, engine: str, dense: np.ndarray, sparse: np.ndarra
             "rows_per_s": batch * len(times) / sum(times)}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc): the server's cost per request,
+    which a loaded machine inflates less than wall-clock latency."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_server(export: Path, port: int, engine: str, extra: list[str]) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "recrunner", "serve",
                              f"serving.model_dir={export}", f"serving.port={port}",
@@ -125,6 +132,7 @@ def main() -> None:
                 for b, clients, iters in ((1, 8, args.requests), (256, 4, 600)):
                     starts = range(0, len(data.lines) - b + 1, b)
                     d, s = batch.dense, batch.sparse
+                    cpu0 = cpu_seconds(proc.pid)
                     if protocol.endswith("grpc"):
                         calls = [client.paddle_grpc_call(d[i:i + b], s[i:i + b])
                                  if protocol == "ps-grpc"
@@ -147,20 +155,26 @@ def main() -> None:
                         res = client.run_load(url, reqs, iters, warmup=200 if b == 1 else 20,
                                               concurrency=clients, keep=False)
                     sm = res.summary()
+                    # Warmup requests included: a slight overestimate of the cost.
+                    warm = 200 if b == 1 else 20
+                    cpu_ms = (cpu_seconds(proc.pid) - cpu0) * 1000 / (iters + warm)
                     results.append({"what": f"{protocol} ({engine})", "batch": b,
                                     "clients": clients, "p50_ms": sm["p50_ms"],
                                     "p99_ms": sm["p99_ms"], "rows_per_s": sm["rows_per_s"],
-                                    "errors": res.errors, "first_error": res.first_error})
+                                    "server_cpu_ms": cpu_ms, "errors": res.errors,
+                                    "first_error": res.first_error})
         finally:
             proc.terminate()
             proc.wait(30)
     if args.json:
         print(json.dumps(results, indent=1))
         return
-    print(f"{'':34} {'batch':>5} {'clients':>7} {'p50 ms':>8} {'p99 ms':>8} {'rows/s':>10}")
+    print(f"{'':34} {'batch':>5} {'clients':>7} {'p50 ms':>8} {'p99 ms':>8} {'rows/s':>10} "
+          f"{'srv cpu ms/req':>14}")
     for r in results:
         print(f"{r['what']:34} {r['batch']:>5} {r['clients']:>7} {r['p50_ms']:>8.3f} "
               f"{r['p99_ms']:>8.3f} {r['rows_per_s']:>10,.0f}"
+              + (f" {r['server_cpu_ms']:>14.3f}" if "server_cpu_ms" in r else "")
               + (f"  errors {r['errors']}: {r['first_error']}" if r.get("errors") else ""))
 
 
