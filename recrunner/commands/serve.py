@@ -49,9 +49,14 @@ def serve_here(cfg: RootConfig) -> int:
     def on_signal(signum: int, frame: object) -> None:
         stop.set()
 
+    def on_hangup(signum: int, frame: object) -> None:
+        # Load off the main thread: the export's check takes seconds.
+        threading.Thread(target=server.reload, args=("SIGHUP",), daemon=True).start()
+
     def install_handlers() -> None:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGHUP, on_hangup)
 
     # Paddle installs its own SIGTERM handler (a crash dump, no drain) when imported: import it
     # first, then take the signals back.

@@ -3,14 +3,19 @@
 Stdlib ThreadingHTTPServer (one thread per connection, HTTP/1.1 keep-alive); the request
 threads parse and validate, the MicroBatcher's predictor threads run the model (Paddle releases
 the GIL while it computes, so parsing overlaps with prediction). Measured against the targets
-in benchmarks/bench_serving.py; see README.md in this directory.
+in benchmarks/bench_serving.py; see README.md in this directory. Connections are bounded and
+slow senders cut off by recrunner.serving.limits; the model is held, and new exports swapped
+in, by recrunner.serving.repository; the routes and the OpenAPI document are
+recrunner.serving.routes.
 """
 
+import contextlib
 import logging
 import socket
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -20,12 +25,15 @@ import numpy as np
 
 from recrunner.config.serving import ServingConfig
 from recrunner.errors import RecrunnerError
-from recrunner.export import META_FILE, OUTPUT
-from recrunner.serving import protocol
+from recrunner.export import META_FILE
+from recrunner.export.engines import PredictFn
+from recrunner.serving import protocol, routes
 from recrunner.serving.batcher import MicroBatcher, Overloaded, TimedOut
 from recrunner.serving.combine import Combiner
-from recrunner.serving.metrics import Metrics
+from recrunner.serving.limits import ConnectionSlots, Deadlines, refuse
+from recrunner.serving.metrics import PREFIX, Metrics
 from recrunner.serving.protocol import BadRequest
+from recrunner.serving.repository import LoadedModel, LoadRefused, ModelRepository
 
 log = logging.getLogger(__name__)
 JSON = "application/json"
@@ -38,23 +46,15 @@ class Reply:
     body: bytes
     content_type: str = JSON
     rows: int = 0
+    version: str = ""  # the model version that computed it (sent as a header)
+    allow: str = ""  # 405: the methods the path takes
 
 
 def json_reply(status: int, obj: Any, rows: int = 0) -> Reply:
     return Reply(status, protocol.dumps(obj), JSON, rows)
 
 
-def endpoint_of(path: str) -> str:
-    if path == INFERENCE_PATH:
-        return "inference"
-    if path == "/predict":
-        return "predict"
-    if path in ("/healthz", "/livez", "/metrics"):
-        return path[1:]
-    parts = path.strip("/").split("/")
-    if len(parts) == 2 and parts[1] == "prediction" and parts[0]:
-        return "prediction"
-    return "other"
+endpoint_of = routes.endpoint_of
 
 
 class ServingApp:
@@ -68,32 +68,43 @@ class ServingApp:
         self.failed: str | None = None
         self.draining = False
         self.batcher: MicroBatcher | None = None
-        self.engine = ""
-        self.engine_note = ""  # why this engine: its check against the export's probe
         self.parser = Combiner(protocol.parse_many, cfg.max_batch_rows)
-        self.model: protocol.Model | None = None
+        self.repo = ModelRepository(model_dir, str(cfg.engine), cfg.threads,
+                                    max(1, cfg.workers))
         self._inflight = 0
         self._idle = threading.Condition()
+        self.connections: ConnectionSlots | None = None  # set by the Server
+        self.deadlines: Deadlines | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
     def load(self) -> None:
         """Load the export and start the predictor threads; readiness follows."""
-        from recrunner.serving.engine import load_engine
-
         try:
-            engine = load_engine(self.model_dir, str(self.cfg.engine), self.cfg.threads,
-                                 max(1, self.cfg.workers))
-            exported = engine.exported
-            names = (OUTPUT, *exported.predictor.get_output_names())
-            self.model = protocol.Model(exported.schema, names)
-            self.engine, self.engine_note = engine.name, engine.note
-            self.batcher = MicroBatcher(engine.predict_fns, self.cfg.max_batch_rows,
+            loaded = self.repo.load_initial()
+            self.batcher = MicroBatcher(loaded.engine.predict_fns, self.cfg.max_batch_rows,
                                         self.cfg.batch_wait_ms / 1000, self.cfg.max_queue_rows)
         except Exception as exc:
             self.failed = f"cannot load {self.model_dir}: {exc}"
             raise
         self.ready.set()
+
+    @property
+    def model(self) -> protocol.Model | None:
+        """The request spec of the model being served now."""
+        current = self.repo.current
+        return current.spec if current else None
+
+    @property
+    def engine(self) -> str:
+        current = self.repo.current
+        return current.engine.name if current else ""
+
+    @property
+    def engine_note(self) -> str:
+        """Why this engine: its check against the export's probe."""
+        current = self.repo.current
+        return current.engine.note if current else ""
 
     def begin(self) -> None:
         with self._idle:
@@ -117,55 +128,81 @@ class ServingApp:
     # --- routing ---------------------------------------------------------------------------
 
     def handle(self, method: str, path: str, content_type: str, body: bytes) -> Reply:
-        endpoint = endpoint_of(path)
-        if method == "GET":
-            if endpoint == "healthz":
-                return self.health()
-            if endpoint == "livez":
-                return json_reply(200, {"status": "alive"})
-            if endpoint == "metrics":
-                return Reply(200, self.render_metrics().encode(),
-                             "text/plain; version=0.0.4; charset=utf-8")
-            if endpoint == "other":
-                return json_reply(404, {"error": f"no such path {path}"})
-            return json_reply(405, {"error": f"{path} takes POST"})
-        if endpoint in ("healthz", "livez", "metrics"):
-            return json_reply(405, {"error": f"{path} takes GET"})
-        if endpoint == "other":
+        route = routes.match(path)
+        if route is None:
             return json_reply(404, {"error": f"no such path {path} (POST {INFERENCE_PATH}, "
                                              "/<name>/prediction or /predict)"})
-        if not self.ready.is_set() or self.model is None or self.batcher is None:
+        if method not in route.methods:
+            reply = json_reply(405, {"error": f"{path} takes {' or '.join(route.methods)}"})
+            reply.allow = ", ".join(route.methods)
+            return reply
+        endpoint = route.endpoint
+        if endpoint == "healthz":
+            return self.health()
+        if endpoint == "livez":
+            return json_reply(200, {"status": "alive"})
+        if endpoint == "metrics":
+            return Reply(200, self.render_metrics().encode(),
+                         "text/plain; version=0.0.4; charset=utf-8")
+        if endpoint == "openapi":
+            return json_reply(200, routes.document())
+        current = self.repo.current
+        if not self.ready.is_set() or current is None or self.batcher is None:
             return self.error(endpoint, 503, "model not loaded yet", body)
+        if endpoint == "load":
+            return self.reload(path.split("/")[-2], current)
+        # One model for the whole request: parsed, predicted and tagged with one version.
+        reply = self.predict_reply(endpoint, current, content_type, body, f"{method} {path}")
+        reply.version = current.version
+        return reply
+
+    def reload(self, name: str, current: LoadedModel) -> Reply:
+        """POST /v2/repository/models/<name>/load: swap in the export now in model_dir."""
+        if name != current.name:
+            return json_reply(404, {"error": f"no model {name!r} (this server has "
+                                             f"{current.name!r})"})
+        try:
+            result = self.repo.reload("load request")
+        except LoadRefused as exc:
+            return json_reply(409, {"error": f"refused, still serving version "
+                                             f"{current.version}: {exc}"})
+        return json_reply(200, {"name": current.name, "version": result.version,
+                                "swapped": result.swapped, "message": result.message})
+
+    def predict_reply(self, endpoint: str, current: LoadedModel, content_type: str,
+                      body: bytes, what: str) -> Reply:
+        model, fns = current.spec, current.engine.predict_fns
         try:
             if endpoint == "inference":
-                req = protocol.parse_inference(self.model, body)
-                probs = self.predict(req.dense, req.sparse)
+                req = protocol.parse_inference(model, body)
+                probs = self.predict(req.dense, req.sparse, fns)
                 return json_reply(200, protocol.inference_reply(req, probs), len(probs))
             if endpoint == "prediction":
-                preq = protocol.parse_prediction(self.model, body)
-                probs = self.predict(preq.dense, preq.sparse)
+                preq = protocol.parse_prediction(model, body)
+                probs = self.predict(preq.dense, preq.sparse, fns)
                 return json_reply(200, protocol.prediction_reply(preq, probs), len(probs))
             is_json = "json" in content_type or (not content_type and body[:1] in (b"[", b"{"))
-            rows = protocol.prepare_raw(self.model, body, is_json)
+            rows = protocol.prepare_raw(model, body, is_json)
             if len(rows.lines) >= self.cfg.max_batch_rows:
                 dense, sparse = protocol.parse_alone(rows)
             else:
                 dense, sparse = self.parser.submit(rows, len(rows.lines),
                                                    self.cfg.request_timeout_s)
-            probs = self.predict(dense, sparse)
+            probs = self.predict(dense, sparse, fns)
             return json_reply(200, {"predictions": probs}, len(probs))
         except BadRequest as exc:
             return self.error(endpoint, exc.status, exc.reason, body)
         except (Overloaded, TimedOut) as exc:
             return self.error(endpoint, 503, str(exc), body)
         except Exception as exc:  # a bug or a predictor failure: 500, and keep serving
-            log.exception("%s %s failed", method, path)
+            log.exception("%s failed", what)
             return self.error(endpoint, 500, f"internal error: {type(exc).__name__}: {exc}",
                               body)
 
-    def predict(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+    def predict(self, dense: np.ndarray, sparse: np.ndarray,
+                fns: Sequence[PredictFn] | None = None) -> np.ndarray:
         assert self.batcher is not None
-        return self.batcher.predict(dense, sparse, self.cfg.request_timeout_s)
+        return self.batcher.predict(dense, sparse, self.cfg.request_timeout_s, fns)
 
     def error(self, endpoint: str, status: int, reason: str, body: bytes | None = None) -> Reply:
         reason = " ".join(reason.split())  # always one line
@@ -181,7 +218,8 @@ class ServingApp:
         if not self.ready.is_set():
             return json_reply(503, {"status": "loading"})
         return json_reply(200, {"status": "ready", "model_dir": str(self.model_dir),
-                                "engine": self.engine, "engine_note": self.engine_note})
+                                "engine": self.engine, "engine_note": self.engine_note,
+                                **self.repo.status()})
 
     def render_metrics(self) -> str:
         gauges = {
@@ -200,7 +238,18 @@ class ServingApp:
                     "predictor_rows_total": ("Rows through the predictor.", s.rows),
                     "predictor_seconds_total": ("Seconds spent in predictor calls.", s.seconds),
                 }
-        return self.metrics.render(gauges, counters)
+        if self.connections is not None:
+            gauges["open_connections"] = ("Client connections open now.",
+                                          float(self.connections.open))
+            counters["rejected_connections_total"] = (
+                "Connections refused with 503 at serving.max_connections.",
+                float(self.connections.rejected))
+        if self.deadlines is not None:
+            counters["read_timeouts_total"] = (
+                "Requests cut off after serving.read_timeout_s (408).",
+                float(self.deadlines.expired_total))
+        text = self.metrics.render(gauges, counters)
+        return text + "\n".join(self.repo.metric_lines(PREFIX)) + "\n"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -217,6 +266,37 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass  # per-request lines would cost more than the request; /metrics has the counts
 
+    expired = False  # set by the Deadlines thread when the request came too slowly
+
+    def handle_one_request(self) -> None:
+        """Wait for a request's first byte (an idle keep-alive: serving.socket_timeout_s), then
+        give its head and body serving.read_timeout_s to arrive."""
+        try:
+            if not self.rfile.peek(1):  # type: ignore[attr-defined]  # a BufferedReader
+                self.close_connection = True
+                return
+        except OSError:  # idle too long, or reset
+            self.close_connection = True
+            return
+        deadlines = self.app.deadlines
+        if deadlines is not None:
+            deadlines.arm(self, self.connection, self.app.cfg.read_timeout_s)
+        try:
+            super().handle_one_request()
+        finally:
+            if deadlines is not None:
+                deadlines.disarm(self)
+        if self.expired:
+            self.close_connection = True
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        """The stdlib's replies to a malformed head (400, 414, 431, 501): a late head is 408."""
+        if self.expired:
+            code, message = 408, "request head not received within serving.read_timeout_s"
+        self.close_connection = True
+        super().send_error(code, message, explain)
+
     def do_GET(self) -> None:
         self._serve(read_body=False)
 
@@ -229,6 +309,15 @@ class Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._serve(read_body=False)
 
+    def do_PATCH(self) -> None:
+        self._serve(read_body=False)
+
+    def do_OPTIONS(self) -> None:
+        self._serve(read_body=False)
+
+    def do_HEAD(self) -> None:
+        self._serve(read_body=False)
+
     def _serve(self, read_body: bool) -> None:
         app = self.app
         app.begin()
@@ -236,8 +325,11 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         endpoint = endpoint_of(path)
         try:
+            if not read_body and (self.headers.get("Content-Length", "0").strip() != "0"
+                                  or "Transfer-Encoding" in self.headers):
+                self.close_connection = True  # an unread body would be read as a request
             reply = self._reply(app, path, endpoint, read_body)
-            if reply is None:  # the client went away or stalled
+            if reply is None:  # the client went away
                 self.close_connection = True
                 return
             if app.draining:
@@ -296,8 +388,21 @@ class Handler(BaseHTTPRequestHandler):
                 body = self.rfile.read(length)
             except (TimeoutError, OSError):
                 return None
+            if app.deadlines is not None:
+                app.deadlines.disarm(self)
             if len(body) != length:
-                return None
+                self.close_connection = True
+                if self.expired:
+                    return app.error(endpoint, 408, f"body not received within "
+                                                    f"serving.read_timeout_s="
+                                                    f"{app.cfg.read_timeout_s:g} ({len(body)} "
+                                                    f"of {length} bytes)")
+                return app.error(endpoint, 400, f"body ended after {len(body)} of the "
+                                                f"{length} bytes of its Content-Length")
+        if self.expired:  # the head came late (and may be incomplete)
+            self.close_connection = True
+            return app.error(endpoint, 408, "request not received within "
+                                            f"serving.read_timeout_s={app.cfg.read_timeout_s:g}")
         content_type = self.headers.get("Content-Type", "").lower()
         return app.handle(self.command, path, content_type, body)
 
@@ -305,14 +410,37 @@ class Handler(BaseHTTPRequestHandler):
         head = (f"HTTP/1.1 {reply.status} {self.responses.get(reply.status, ('',))[0]}\r\n"
                 f"Content-Type: {reply.content_type}\r\n"
                 f"Content-Length: {len(reply.body)}\r\n")
+        if reply.version:
+            head += f"{routes.VERSION_HEADER}: {reply.version}\r\n"
+        if reply.allow:
+            head += f"Allow: {reply.allow}\r\n"
         if self.close_connection:
             head += "Connection: close\r\n"
-        self.wfile.write(head.encode("latin-1") + b"\r\n" + reply.body)
+        body = b"" if self.command == "HEAD" else reply.body
+        self.wfile.write(head.encode("latin-1") + b"\r\n" + body)
 
 
 class HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # 8+ clients connecting at once must not hit SYN retries
+    slots: ConnectionSlots
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread per connection, up to the slots; beyond them 503 from this thread."""
+        if not self.slots.take():
+            refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         exc = sys.exc_info()[1]
@@ -333,6 +461,7 @@ class Server:
         self.app = ServingApp(cfg, self.model_dir)
         self.httpd: HTTPServer | None = None
         self._threads: list[threading.Thread] = []
+        self._stop_watching = threading.Event()
         self.load_error: BaseException | None = None
 
     @property
@@ -354,6 +483,8 @@ class Server:
             raise RecrunnerError(f"cannot listen on {self.cfg.host}:{self.cfg.port}: "
                                  f"{exc.strerror or exc} (set serving.port / serving.host)"
                                  ) from exc
+        self.httpd.slots = self.app.connections = ConnectionSlots(self.cfg.max_connections)
+        self.app.deadlines = Deadlines()
         serve = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
                                  name="http-accept", daemon=True)
         serve.start()
@@ -364,6 +495,12 @@ class Server:
             self._threads.append(loader)
         else:
             self.app.load()
+        self._watch()
+
+    def _watch(self) -> None:
+        if self.cfg.watch_interval_s > 0:
+            self._threads.append(self.app.repo.watch(self.cfg.watch_interval_s,
+                                                     self._stop_watching))
 
     def _load(self) -> None:
         try:
@@ -372,6 +509,11 @@ class Server:
             self.load_error = exc
             log.error("%s", self.app.failed)
 
+    def reload(self, reason: str) -> None:
+        """Swap in the export now in the model directory (SIGHUP); refusals are logged."""
+        with contextlib.suppress(LoadRefused):
+            self.app.repo.reload(reason)
+
     def wait_ready(self, timeout_s: float) -> bool:
         return self.app.ready.wait(timeout_s)
 
@@ -379,6 +521,9 @@ class Server:
         """Stop accepting, let in-flight requests finish; True if all finished in time."""
         timeout_s = self.cfg.shutdown_timeout_s if timeout_s is None else timeout_s
         self.app.draining = True
+        self._stop_watching.set()
+        if self.app.deadlines is not None:
+            self.app.deadlines.close()
         if self.httpd is not None:
             self.httpd.shutdown()  # the accept loop ends; connection threads go on
             self.httpd.server_close()
