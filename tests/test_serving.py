@@ -27,21 +27,15 @@ from recrunner.serving import client, protocol
 from recrunner.serving.batcher import MicroBatcher
 from recrunner.serving.k8s import CLIENT_CONF, SERVER_CONF, render_service
 from recrunner.serving.server import INFERENCE_PATH, Server
-from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun
+from tests.conftest import REPO, recrun
 
 pytestmark = pytest.mark.slow
 ATOL = 1e-5  # the engine may be ONNX Runtime: equal to paddle.inference within 1e-5
 
 
 @pytest.fixture(scope="session")
-def export_dir(tmp_path_factory: pytest.TempPathFactory, synth_data: dict[str, str]) -> Path:
-    from recrunner.train.driver import train_local
-
-    out = tmp_path_factory.mktemp("serve_run")
-    cfg = load([*SMALL_MODEL, *data_overrides(synth_data), "runner.epochs=1",
-                f"runner.output_dir={out}"])
-    train_local(cfg)
-    return out / "export"
+def export_dir(trained_export: Path) -> Path:
+    return trained_export
 
 
 @pytest.fixture(scope="session")

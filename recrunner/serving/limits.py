@@ -25,6 +25,9 @@ BUSY_REPLY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/js
               + f"Content-Length: {len(_BUSY_BODY)}\r\n\r\n".encode() + _BUSY_BODY)
 
 
+LINGER_MAX = 1024  # refused sockets waiting to be closed
+
+
 class ConnectionSlots:
     """A counter of open connections with a ceiling (taken in the accept loop, released by the
     connection's thread)."""
@@ -52,15 +55,17 @@ class ConnectionSlots:
             self._open -= 1
 
 
-def refuse(sock: socket.socket) -> None:
-    """Answer 503 without blocking the accept loop, and close."""
+def refuse(sock: socket.socket, deadlines: "Deadlines") -> None:
+    """Answer 503 without blocking the accept loop; the socket is closed a moment later, its
+    unread request drained first, so the client reads the 503 rather than a reset."""
     try:
         sock.setblocking(False)
         sock.send(BUSY_REPLY)
+        sock.shutdown(socket.SHUT_WR)
     except OSError:
-        pass
-    finally:
         sock.close()
+        return
+    deadlines.linger(sock)
 
 
 class Deadlines:
@@ -73,6 +78,7 @@ class Deadlines:
         self._tick_s = tick_s
         self._stop = threading.Event()
         self.expired_total = 0
+        self._closing: list[tuple[float, socket.socket]] = []  # refused, closed when due
         self._thread = threading.Thread(target=self._run, name="read-deadlines", daemon=True)
         self._thread.start()
 
@@ -84,6 +90,14 @@ class Deadlines:
         with self._lock:
             self._due.pop(owner, None)
 
+    def linger(self, sock: socket.socket, seconds: float = 0.5) -> None:
+        """Close `sock` (non-blocking, reply sent) after `seconds`, reading what is left."""
+        with self._lock:
+            if len(self._closing) < LINGER_MAX:
+                self._closing.append((time.monotonic() + seconds, sock))
+                return
+        sock.close()  # a flood of refused connections: no grace for these
+
     def close(self) -> None:
         self._stop.set()
 
@@ -94,6 +108,14 @@ class Deadlines:
                 late = [(o, s) for o, (t, s) in self._due.items() if t <= now]
                 for owner, _ in late:
                     del self._due[owner]
+                done = [s for t, s in self._closing if t <= now]
+                self._closing = [(t, s) for t, s in self._closing if t > now]
+            for sock in done:
+                with contextlib.suppress(OSError):  # BlockingIOError: nothing left
+                    for _ in range(16):
+                        if not sock.recv(65536):
+                            break
+                sock.close()
             for owner, sock in late:
                 owner.expired = True
                 self.expired_total += 1

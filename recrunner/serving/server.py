@@ -295,7 +295,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.expired:
             code, message = 408, "request head not received within serving.read_timeout_s"
         self.close_connection = True
-        super().send_error(code, message, explain)
+        reason = message or self.responses.get(code, ("bad request",))[0]
+        with contextlib.suppress(OSError):  # as JSON and HTTP/1.1, like every other reply
+            self._write(self.app.error("other", code, reason))
 
     def do_GET(self) -> None:
         self._serve(read_body=False)
@@ -309,14 +311,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._serve(read_body=False)
 
-    def do_PATCH(self) -> None:
-        self._serve(read_body=False)
-
-    def do_OPTIONS(self) -> None:
-        self._serve(read_body=False)
-
-    def do_HEAD(self) -> None:
-        self._serve(read_body=False)
+    def __getattr__(self, name: str) -> Any:
+        """Any other method (HEAD, PATCH, TRACE, ...): 405 with Allow (or 404), not the
+        stdlib's 501 - the server knows the method, the path does not take it."""
+        if name.startswith("do_"):
+            return lambda: self._serve(read_body=False)
+        raise AttributeError(name)
 
     def _serve(self, read_body: bool) -> None:
         app = self.app
@@ -424,11 +424,12 @@ class HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # 8+ clients connecting at once must not hit SYN retries
     slots: ConnectionSlots
+    deadlines: Deadlines
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """A thread per connection, up to the slots; beyond them 503 from this thread."""
         if not self.slots.take():
-            refuse(request)
+            refuse(request, self.deadlines)
             return
         try:
             super().process_request(request, client_address)
@@ -484,7 +485,7 @@ class Server:
                                  f"{exc.strerror or exc} (set serving.port / serving.host)"
                                  ) from exc
         self.httpd.slots = self.app.connections = ConnectionSlots(self.cfg.max_connections)
-        self.app.deadlines = Deadlines()
+        self.httpd.deadlines = self.app.deadlines = Deadlines()
         serve = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
                                  name="http-accept", daemon=True)
         serve.start()
