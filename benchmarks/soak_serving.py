@@ -4,6 +4,11 @@ threads must stay flat, no reply may be a 5xx, and the p99 of good requests must
 
     python benchmarks/soak_serving.py                    # 10 minutes, trains a small model first
     python benchmarks/soak_serving.py --minutes 1 --export runs/x/export --data test.tsv
+    python benchmarks/soak_serving.py --minutes 3 --swap-every 20   # and hot swaps
+
+With --swap-every S a second export (another seed) is swapped in every S seconds, alternating,
+through POST /v2/repository/models/<name>/load: it prints the swap times and the p99 of good
+requests that overlapped a swap next to the others'.
 
 Prints one line per window (--window-s) and a summary; docs/reliability.md keeps the figures.
 """
@@ -13,6 +18,7 @@ import http.client
 import json
 import os
 import random
+import shutil
 import socket
 import struct
 import sys
@@ -40,9 +46,16 @@ class Window:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     good_ms: list[float] = field(default_factory=list)
+    # (start, end, ms) of every good request, for the swap figures
+    good_spans: list[tuple[float, float, float]] = field(default_factory=list)
     codes: Counter = field(default_factory=Counter)
     kinds: Counter = field(default_factory=Counter)
     client_errors: Counter = field(default_factory=Counter)
+
+    def take_spans(self) -> list[tuple[float, float, float]]:
+        with self.lock:
+            out, self.good_spans = self.good_spans, []
+            return out
 
     def take(self) -> tuple[list[float], Counter, Counter, Counter]:
         with self.lock:
@@ -176,14 +189,16 @@ class Clients:
 
     # --- the loops ---------------------------------------------------------------------------
 
-    def record(self, kind: str, status: int, ms: float | None = None) -> None:
+    def record(self, kind: str, status: int, t0: float | None = None) -> None:
         with self.window.lock:
             self.window.codes[status] += 1
             self.window.kinds[kind] += 1
             if status == 0:  # closed without a reply
                 self.window.client_errors[f"no reply to {kind}"] += 1
-            if ms is not None:
-                self.window.good_ms.append(ms)
+            if t0 is not None:
+                t1 = time.perf_counter()
+                self.window.good_ms.append((t1 - t0) * 1000)
+                self.window.good_spans.append((t0, t1, (t1 - t0) * 1000))
 
     def mixed(self, index: int, bad_share: float) -> None:
         rng = random.Random(self.seed * 1000 + index)
@@ -196,7 +211,7 @@ class Clients:
                 else:
                     t0 = time.perf_counter()
                     kind, status = self.good(conn, rng)
-                    self.record(kind, status, (time.perf_counter() - t0) * 1000)
+                    self.record(kind, status, t0)
             except OSError as exc:  # the client's view: a reset where a reply was due
                 conn.close()
                 conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
@@ -221,18 +236,50 @@ def proc_stats(pid: int) -> dict[str, float]:
             "threads": int(fields["Threads"].strip())}
 
 
-def make_model(root: Path) -> tuple[Path, Path]:
+def make_model(root: Path, seed: int = 2026) -> tuple[Path, Path]:
     from recrunner.config.compose import load
     from recrunner.data.synth import generate
     from recrunner.train.driver import train_local
 
-    generate(root / "train.tsv", 20_000, 7, 0)
-    generate(root / "test.tsv", 5_000, 7, 1)
+    if not (root / "test.tsv").exists():
+        generate(root / "train.tsv", 20_000, 7, 0)
+        generate(root / "test.tsv", 5_000, 7, 1)
+    run = root / f"run{seed}"
     cfg = load([f"dataset.train={root / 'train.tsv'}", f"dataset.test={root / 'test.tsv'}",
-                "runner.epochs=1", f"runner.output_dir={root / 'run'}", "runner.progress=false",
-                "model.sparse_feature_number=100003"])
+                "runner.epochs=1", f"runner.output_dir={run}", "runner.progress=false",
+                "model.sparse_feature_number=100003", f"runner.seed={seed}"])
     train_local(cfg)
-    return root / "run" / "export", root / "test.tsv"
+    return run / "export", root / "test.tsv"
+
+
+def activate(export: Path, live: Path) -> None:
+    """A copy of `export` renamed into `live`, as `recrun train` replaces an export."""
+    new, old = live.with_name(live.name + ".new"), live.with_name(live.name + ".old")
+    shutil.rmtree(new, ignore_errors=True)
+    shutil.copytree(export, new)
+    if live.exists():
+        live.rename(old)
+    new.rename(live)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def swapper(port: int, exports: list[Path], live: Path, every_s: float, stop: threading.Event,
+            spans: list[tuple[float, float]]) -> None:
+    """Every `every_s`, the next export into `live` and a load request; each load's span."""
+    name = json.loads((exports[0] / "export.json").read_text())["model"]
+    i = 0
+    while not stop.wait(every_s):
+        i += 1
+        activate(exports[i % len(exports)], live)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        t0 = time.perf_counter()
+        conn.request("POST", f"/v2/repository/models/{name}/load")
+        resp = conn.getresponse()
+        reply = json.loads(resp.read())
+        spans.append((t0, time.perf_counter()))
+        conn.close()
+        if resp.status != 200 or not reply["swapped"]:
+            print(f"swap {i} failed: {resp.status} {reply}", flush=True)
 
 
 def main() -> int:
@@ -245,20 +292,32 @@ def main() -> int:
     p.add_argument("--export", type=Path)
     p.add_argument("--data", type=Path, help="labeled rows of the export's format")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--swap-every", type=float, default=0.0, help="seconds; 0: no swaps")
+    p.add_argument("--export-b", type=Path, help="the other export to swap (--swap-every)")
     args = p.parse_args()
     tmp = tempfile.TemporaryDirectory()
     if args.export is None:
         args.export, args.data = make_model(Path(tmp.name))
+    exports = [args.export]
+    if args.swap_every:
+        exports.append(args.export_b or make_model(Path(tmp.name), seed=7)[0])
+        activate(args.export, Path(tmp.name) / "live")
+        args.export = Path(tmp.name) / "live"
     data = client.read_labeled(args.data, 5000)
     port = free_port()
     proc = start_server(args.export, port, "auto",
                         [f"serving.read_timeout_s={READ_TIMEOUT_S}", "serving.socket_timeout_s=5",
-                         f"serving.max_body_bytes={MAX_BODY}"])
+                         f"serving.max_body_bytes={MAX_BODY}", "serving.watch_interval_s=0"])
     clients = Clients(port, data, args.seed)
     threads = [threading.Thread(target=clients.mixed, args=(i, args.bad_share), daemon=True)
                for i in range(args.clients)]
     threads += [threading.Thread(target=clients.slow_loop, daemon=True)
                 for _ in range(args.slow_clients)]
+    swaps: list[tuple[float, float]] = []
+    if args.swap_every:
+        threads.append(threading.Thread(target=swapper, daemon=True, args=(
+            port, exports, args.export, args.swap_every, clients.stop, swaps)))
+    spans: list[tuple[float, float, float]] = []
     rows = []
     print(f"soak: {args.minutes:g} min, {args.clients} mixed clients ({args.bad_share:.0%} bad), "
           f"{args.slow_clients} slow clients, server pid {proc.pid}", flush=True)
@@ -272,6 +331,7 @@ def main() -> int:
         while time.monotonic() < end:
             time.sleep(min(args.window_s, max(0.0, end - time.monotonic())))
             good_ms, codes, kinds, errs = clients.window.take()
+            spans += clients.window.take_spans()
             stats = proc_stats(proc.pid)
             lat = np.asarray(good_ms or [np.nan])
             row = {"t": time.monotonic() - start, "good": len(good_ms),
@@ -306,6 +366,16 @@ def main() -> int:
     print(f"threads: max {max(r['threads'] for r in rows)}; after the clients stopped: "
           f"{after['threads']}")
     print(f"p99 ms per window: {[round(r['p99'], 2) for r in rows]}")
+    if swaps:
+        during = [ms for t0, t1, ms in spans if any(t0 < e and t1 > s for s, e in swaps)]
+        other = [ms for t0, t1, ms in spans if not any(t0 < e and t1 > s for s, e in swaps)]
+        took = sorted(e - s for s, e in swaps)
+        print(f"swaps: {len(swaps)}, load request to swapped: median {took[len(took) // 2]:.2f} "
+              f"s, max {took[-1]:.2f} s")
+        for what, lat in (("during a swap", during), ("otherwise", other)):
+            if lat:
+                print(f"good requests {what}: {len(lat):,}, p50 "
+                      f"{np.percentile(lat, 50):.2f} ms, p99 {np.percentile(lat, 99):.2f} ms")
     return 1 if sum(r["5xx"] for r in rows) else 0
 
 

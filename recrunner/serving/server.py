@@ -57,6 +57,10 @@ def json_reply(status: int, obj: Any, rows: int = 0) -> Reply:
 endpoint_of = routes.endpoint_of
 
 
+def _no_model(dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+    raise RuntimeError("a prediction without its model version")
+
+
 class ServingApp:
     """Endpoints, independent of the HTTP layer: (method, path, body) -> Reply."""
 
@@ -82,8 +86,11 @@ class ServingApp:
         """Load the export and start the predictor threads; readiness follows."""
         try:
             loaded = self.repo.load_initial()
-            self.batcher = MicroBatcher(loaded.engine.predict_fns, self.cfg.max_batch_rows,
-                                        self.cfg.batch_wait_ms / 1000, self.cfg.max_queue_rows)
+            # Every request names its model's functions; the batcher holds none of its own, so
+            # a swapped-out model is freed once its last request is answered.
+            self.batcher = MicroBatcher([_no_model] * len(loaded.engine.predict_fns),
+                                        self.cfg.max_batch_rows, self.cfg.batch_wait_ms / 1000,
+                                        self.cfg.max_queue_rows)
         except Exception as exc:
             self.failed = f"cannot load {self.model_dir}: {exc}"
             raise
