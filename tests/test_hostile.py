@@ -108,7 +108,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 
 @schema.parametrize()
-@settings(max_examples=15, deadline=None, derandomize=True, database=None,
+@settings(max_examples=10, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 def test_api_conforms_to_its_openapi_document(case: schemathesis.Case) -> None:
     """Generated requests (valid and invalid, every route): no 5xx, and every reply's status,

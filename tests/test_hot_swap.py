@@ -7,8 +7,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from recrunner.commands.serve import reload_on_hangup
 from recrunner.config.compose import load
 from recrunner.data.errors import RowErrors
 from recrunner.data.formats import row_format
@@ -188,27 +187,20 @@ def _wait(check: object, timeout_s: float = 120) -> bool:
 
 
 def test_sighup_reloads(exports: dict[str, Path], tmp_path: Path) -> None:
-    """`recrun serve` swaps in the new export on SIGHUP (the watcher off)."""
+    """`recrun serve`'s SIGHUP handler swaps in the export now in the model directory (the
+    watcher off)."""
     live = tmp_path / "export"
     activate(exports["a"], live)
-    proc = subprocess.Popen([sys.executable, "-m", "recrunner", "serve", "serving.port=0",
-                             f"serving.model_dir={live}", "serving.watch_interval_s=0"],
-                            stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    srv = Server(load(["serving.port=0", "serving.watch_interval_s=0"]).serving, live)
+    srv.start(load_in_background=False)
+    previous = signal.getsignal(signal.SIGHUP)
     try:
-        assert proc.stderr is not None
-        url = ""
-        for line in proc.stderr:
-            if " on http://" in line:
-                url = line.split(" on ", 1)[1].split()[0]
-            if line.startswith("recrun serve: ready:"):
-                break
-        port = int(url.rsplit(":", 1)[1])
-        srv = type("S", (), {"port": port})()
-        assert served_version(srv) == content_version(exports["a"])  # type: ignore[arg-type]
+        reload_on_hangup(srv)
         activate(exports["b"], live)
-        proc.send_signal(signal.SIGHUP)
-        assert _wait(lambda: served_version(srv) == content_version(exports["b"]))  # type: ignore[arg-type]
+        time.sleep(0.5)
+        assert served_version(srv) == content_version(exports["a"])  # nothing watches
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert _wait(lambda: served_version(srv) == content_version(exports["b"]))
     finally:
-        proc.terminate()
-        proc.wait(30)
+        signal.signal(signal.SIGHUP, previous)
+        srv.stop(5)

@@ -6,8 +6,12 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from recrunner.config.schema import RootConfig
+
+if TYPE_CHECKING:
+    from recrunner.serving.server import Server
 
 KEYS = ["serving.model_dir", "runner.output_dir", "serving.host", "serving.port",
         "serving.max_batch_rows", "serving.batch_wait_ms", "serving.workers", "serving.threads",
@@ -39,6 +43,16 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     return serve_here(cfg)
 
 
+def reload_on_hangup(server: "Server") -> None:
+    """SIGHUP: swap in the export now in the model directory (refusals are logged)."""
+
+    def on_hangup(signum: int, frame: object) -> None:
+        # Load off the main thread: the export's check takes seconds.
+        threading.Thread(target=server.reload, args=("SIGHUP",), daemon=True).start()
+
+    signal.signal(signal.SIGHUP, on_hangup)
+
+
 def serve_here(cfg: RootConfig) -> int:
     from recrunner.runtime import import_paddle
     from recrunner.serving.server import Server
@@ -49,14 +63,10 @@ def serve_here(cfg: RootConfig) -> int:
     def on_signal(signum: int, frame: object) -> None:
         stop.set()
 
-    def on_hangup(signum: int, frame: object) -> None:
-        # Load off the main thread: the export's check takes seconds.
-        threading.Thread(target=server.reload, args=("SIGHUP",), daemon=True).start()
-
     def install_handlers() -> None:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGHUP, on_hangup)
+        reload_on_hangup(server)
 
     # Paddle installs its own SIGTERM handler (a crash dump, no drain) when imported: import it
     # first, then take the signals back.
