@@ -28,6 +28,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -318,7 +319,7 @@ def main() -> int:
         threads.append(threading.Thread(target=swapper, daemon=True, args=(
             port, exports, args.export, args.swap_every, clients.stop, swaps)))
     spans: list[tuple[float, float, float]] = []
-    rows = []
+    rows: list[dict[str, Any]] = []
     print(f"soak: {args.minutes:g} min, {args.clients} mixed clients ({args.bad_share:.0%} bad), "
           f"{args.slow_clients} slow clients, server pid {proc.pid}", flush=True)
     print(f"{'t s':>6} {'good':>7} {'bad':>6} {'5xx':>4} {'p50 ms':>7} {'p99 ms':>7} "
@@ -333,11 +334,12 @@ def main() -> int:
             good_ms, codes, kinds, errs = clients.window.take()
             spans += clients.window.take_spans()
             stats = proc_stats(proc.pid)
-            lat = np.asarray(good_ms or [np.nan])
-            row = {"t": time.monotonic() - start, "good": len(good_ms),
+            window_ms = np.asarray(good_ms or [np.nan])
+            row: dict[str, Any] = {"t": time.monotonic() - start, "good": len(good_ms),
                    "bad": sum(kinds.values()) - len(good_ms),
                    "5xx": sum(n for c, n in codes.items() if c >= 500),
-                   "p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)),
+                   "p50": float(np.percentile(window_ms, 50)),
+                   "p99": float(np.percentile(window_ms, 99)),
                    **stats, "codes": dict(codes), "client_errors": dict(errs)}
             rows.append(row)
             print(f"{row['t']:>6.0f} {row['good']:>7} {row['bad']:>6} {row['5xx']:>4} "
