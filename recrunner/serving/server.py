@@ -406,10 +406,11 @@ class Handler(BaseHTTPRequestHandler):
                                                     f"of {length} bytes)")
                 return app.error(endpoint, 400, f"body ended after {len(body)} of the "
                                                 f"{length} bytes of its Content-Length")
-        if self.expired:  # the head came late (and may be incomplete)
+        if self.expired:  # its reading side is shut: no next request on this connection
             self.close_connection = True
-            return app.error(endpoint, 408, "request not received within "
-                                            f"serving.read_timeout_s={app.cfg.read_timeout_s:g}")
+            if not read_body:  # the head came late (and may be incomplete)
+                return app.error(endpoint, 408, "request not received within serving."
+                                                f"read_timeout_s={app.cfg.read_timeout_s:g}")
         content_type = self.headers.get("Content-Type", "").lower()
         return app.handle(self.command, path, content_type, body)
 
