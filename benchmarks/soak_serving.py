@@ -351,6 +351,10 @@ def main() -> int:
             t.join(15)
         time.sleep(READ_TIMEOUT_S + 1)
         after = proc_stats(proc.pid)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("GET", "/healthz")
+        health = json.loads(conn.getresponse().read())
+        conn.close()
         proc.terminate()
         proc.wait(30)
     codes_total: Counter = Counter()
@@ -368,6 +372,7 @@ def main() -> int:
     print(f"threads: max {max(r['threads'] for r in rows)}; after the clients stopped: "
           f"{after['threads']}")
     print(f"p99 ms per window: {[round(r['p99'], 2) for r in rows]}")
+    print(f"model versions in memory at the end: {health.get('models_in_memory')}")
     if swaps:
         during = [ms for t0, t1, ms in spans if any(t0 < e and t1 > s for s, e in swaps)]
         other = [ms for t0, t1, ms in spans if not any(t0 < e and t1 > s for s, e in swaps)]

@@ -2,6 +2,7 @@
 every reply is computed by exactly one model version (and says which), and broken or
 half-written exports are refused while the old model keeps serving."""
 
+import gc
 import http.client
 import json
 import os
@@ -160,6 +161,9 @@ def test_swaps_under_load_drop_nothing_and_mix_no_versions(
             np.testing.assert_allclose(probs, expected[tag][i], atol=1e-5)
     health = get(srv, "/healthz")[1]
     assert (health["model_swaps"], health["model_refusals"]) == (3, 2)
+    # The swapped-out versions are freed once their requests are answered.
+    assert _wait(lambda: gc.collect() is not None and srv.app.repo.status()[
+        "models_in_memory"] == 1, 10)
     conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
     conn.request("GET", "/metrics")
     metrics = conn.getresponse().read().decode()

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def content_version(model_dir: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity (held in a WeakSet)
 class LoadedModel:
     """One export, loaded and checked: everything a reply is computed from."""
 
@@ -93,6 +94,8 @@ class ModelRepository:
         self.last_error = ""
         self.last_swap_seconds = 0.0
         self._refused_stamp: Stamp | None = None
+        # Every version loaded, while anything still refers to it (requests in flight).
+        self._alive: weakref.WeakSet[LoadedModel] = weakref.WeakSet()
 
     # --- loading -----------------------------------------------------------------------------
 
@@ -111,7 +114,9 @@ class ModelRepository:
                               "written?); it is loaded once it stops changing")
         exported = engine.exported
         spec = protocol.Model(exported.schema, (OUTPUT, *exported.predictor.get_output_names()))
-        return LoadedModel(version, spec, engine, before)
+        loaded = LoadedModel(version, spec, engine, before)
+        self._alive.add(loaded)
+        return loaded
 
     def load_initial(self) -> LoadedModel:
         """The first load; its errors are the server's start-up errors."""
@@ -135,7 +140,9 @@ class ModelRepository:
                 self.refusals += 1
                 self.last_error = str(exc)
                 self._refused_stamp = stamp
-                log.error("%s: refused (%s); still serving version %s", reason, exc,
+                # The text, not the exception: a kept log record must not keep its traceback's
+                # frames (and the model they refer to) alive.
+                log.error("%s: refused (%s); still serving version %s", reason, self.last_error,
                           current.version if current else "none")
                 raise
             if current is not None and new.version == current.version:
@@ -186,7 +193,8 @@ class ModelRepository:
     def status(self) -> dict[str, object]:
         current = self.current
         out: dict[str, object] = {"model_version": current.version if current else None,
-                                  "model_swaps": self.swaps, "model_refusals": self.refusals}
+                                  "model_swaps": self.swaps, "model_refusals": self.refusals,
+                                  "models_in_memory": len(self._alive)}
         if self.last_error:
             out["last_refusal"] = self.last_error
         return out
@@ -199,12 +207,13 @@ class ModelRepository:
         if current is not None:
             lines.append(f'{prefix}_model_info{{model="{current.name}",'
                          f'version="{current.version}"}} 1')
-        for metric, text, value in (
-                ("model_swaps_total", "New model versions swapped in.", self.swaps),
-                ("model_load_refusals_total", "Exports refused (broken, half-written, failed "
-                                              "self-check); the old model kept serving.",
-                 self.refusals)):
-            lines += [f"# HELP {prefix}_{metric} {text}", f"# TYPE {prefix}_{metric} counter",
+        for metric, kind, text, value in (
+                ("model_swaps_total", "counter", "New model versions swapped in.", self.swaps),
+                ("model_load_refusals_total", "counter", "Exports refused (broken, half-written, "
+                 "failed self-check); the old model kept serving.", self.refusals),
+                ("models_in_memory", "gauge", "Model versions still held (the served one, and "
+                 "old ones until their last request is answered).", len(self._alive))):
+            lines += [f"# HELP {prefix}_{metric} {text}", f"# TYPE {prefix}_{metric} {kind}",
                       f"{prefix}_{metric} {value}"]
         lines += [f"# HELP {prefix}_model_load_seconds Time the last swap took to load and "
                   "check the export.", f"# TYPE {prefix}_model_load_seconds gauge",

@@ -54,7 +54,8 @@ HEALTH: Schema = {"type": "object", "required": ["status"], "properties": {
     "model_dir": {"type": "string"}, "engine": {"type": "string"},
     "engine_note": {"type": "string"}, "error": {"type": "string"},
     "model_version": {"type": ["string", "null"]}, "model_swaps": {"type": "integer"},
-    "model_refusals": {"type": "integer"}, "last_refusal": {"type": "string"}}}
+    "model_refusals": {"type": "integer"}, "models_in_memory": {"type": "integer"},
+    "last_refusal": {"type": "string"}}}
 LOAD_REPLY: Schema = {"type": "object", "required": ["name", "version", "swapped", "message"],
                       "properties": {"name": {"type": "string"}, "version": {"type": "string"},
                                      "swapped": {"type": "boolean"},
