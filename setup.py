@@ -66,6 +66,7 @@ setup(
         "test": [
             "pytest>=8",
             "hypothesis>=6.100",  # tests/test_properties.py
+            "schemathesis>=4.0,<5",  # tests/test_hostile.py: the server against its OpenAPI
             "ruff>=0.5",
             "mypy>=1.10",
             "types-PyYAML",

@@ -112,7 +112,7 @@ def main() -> None:
     from recrunner.data.formats import row_format
     from recrunner.data.reader import parse_block
     from recrunner.export import load_export
-    from recrunner.serving.dataplane import export_name
+    from recrunner.serving.repository import export_name
 
     data = client.read_labeled(args.data, 20_000)
     schema = load_export(args.export).schema

@@ -45,6 +45,23 @@ def data_overrides(data: dict[str, str]) -> list[str]:
     return [f"dataset.train={data['train']}", f"dataset.test={data['test']}"]
 
 
+def train_export(data: dict[str, str], out: Path, *overrides: str) -> Path:
+    """A SMALL_MODEL trained one epoch on `data` into `out`; its export directory."""
+    from recrunner.config.compose import load
+    from recrunner.train.driver import train_local
+
+    cfg = load([*SMALL_MODEL, *data_overrides(data), "runner.epochs=1",
+                f"runner.output_dir={out}", *overrides])
+    train_local(cfg)
+    return out / "export"
+
+
+@pytest.fixture(scope="session")
+def trained_export(tmp_path_factory: pytest.TempPathFactory, synth_data: dict[str, str]) -> Path:
+    """One small export shared by the serving tests (trained once a session)."""
+    return train_export(synth_data, tmp_path_factory.mktemp("serve_run"))
+
+
 def serve_and_predict(export: Path, body: bytes, content_type: str = "text/plain") -> Any:
     """Start `recrun serve`'s server on `export`, POST `body` to /predict, return the
     probabilities (numpy float32), stop the server."""
@@ -73,15 +90,8 @@ def serve_and_predict(export: Path, body: bytes, content_type: str = "text/plain
 # --- one small trained export and a server on it (tests/test_serving*.py) ---------------------
 
 @pytest.fixture(scope="session")
-def export_dir(tmp_path_factory: pytest.TempPathFactory, synth_data: dict[str, str]) -> Path:
-    from recrunner.config.compose import load
-    from recrunner.train.driver import train_local
-
-    out = tmp_path_factory.mktemp("serve_run")
-    cfg = load([*SMALL_MODEL, *data_overrides(synth_data), "runner.epochs=1",
-                f"runner.output_dir={out}"])
-    train_local(cfg)
-    return out / "export"
+def export_dir(trained_export: Path) -> Path:
+    return trained_export
 
 
 @pytest.fixture(scope="session")

@@ -1,44 +1,40 @@
-"""The protocol-free data plane: the model being served, and checked arrays in, probabilities
-out through the micro-batcher. Every protocol (HTTP or gRPC) decodes into the arrays
-`protocol.check_arrays` returns and encodes what `infer` returns; none touches the engine.
+"""The protocol-free data plane: the model being served (the repository's), and checked arrays
+in, probabilities out through the micro-batcher. Every protocol (HTTP or gRPC) decodes into the
+arrays `protocol.check_arrays` returns and encodes what `infer` returns; none touches the engine.
 
-`current()` is the one place a request gets the model from: a request takes it once and uses
-that object throughout, so replacing `_model` (one reference assignment) swaps the model for
-new requests while requests in flight finish on the one they started with.
+`take(call)` is the one place a request gets its model from: the repository's current model,
+taken once per request and kept on the request's `Call`, so a request parses, predicts and
+replies with one version while a new export is swapped in (recrunner.serving.repository), and
+the transport can say which version answered (the X-Model-Version header, gRPC trailing
+metadata).
 """
 
 import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from recrunner.config.serving import ServingConfig
-from recrunner.export import OUTPUT
-from recrunner.serving import protocol
+from recrunner.export.engines import PredictFn
 from recrunner.serving.batcher import MicroBatcher, Overloaded, TimedOut
 from recrunner.serving.protocol import BadRequest
+from recrunner.serving.repository import LoadedModel, ModelRepository
 
 log = logging.getLogger(__name__)
+VERSION_HEADER = "X-Model-Version"  # HTTP header; gRPC: its lower-case trailing metadata key
 
 
 class NotReady(Exception):
     """No model to serve (yet, or any more): HTTP 503, gRPC UNAVAILABLE."""
 
 
-@dataclass(frozen=True)
-class ServedModel:
-    """One loaded export, as every protocol sees it."""
+@dataclass
+class Call:
+    """One request's model, once taken (None: the request needed none, or failed before)."""
 
-    name: str  # the served name: serving.model_name, or the export's model name
-    version: str
-    spec: protocol.Model  # what request checks need: schema, feeds, output names
-    meta: dict[str, Any]  # export.json: inputs/outputs with dtypes and shapes
-    batcher: MicroBatcher
-    engine: str  # "onnx" or "paddle"
-    engine_note: str  # why this engine: its check against the export's probe
+    model: LoadedModel | None = None
 
 
 def error_status(exc: BaseException) -> tuple[int, str] | None:
@@ -51,76 +47,65 @@ def error_status(exc: BaseException) -> tuple[int, str] | None:
     return None
 
 
-def export_name(meta: dict[str, Any]) -> str:
-    """The model's name as export.json records it (e.g. wide_deep)."""
-    name = meta.get("model")
-    if isinstance(name, dict):
-        name = name.get("name")
-    return str(name) if name else "model"
+def _no_model(dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+    raise RuntimeError("a prediction without its model version")
 
 
 class DataPlane:
     def __init__(self, cfg: ServingConfig, model_dir: Path) -> None:
         self.cfg = cfg
         self.model_dir = model_dir
+        self.repo = ModelRepository(model_dir, str(cfg.engine), cfg.threads,
+                                    max(1, cfg.workers), cfg.model_name)
         self.ready = threading.Event()
         self.failed: str | None = None
         # Shutting down: requests in flight finish, readiness probes say no.
         self.draining = False
-        self._model: ServedModel | None = None
-
-    def build(self, model_dir: Path, version: str = "1") -> ServedModel:
-        """Load an export and start its predictor threads (not yet serving)."""
-        from recrunner.serving.engine import load_engine
-
-        engine = load_engine(model_dir, str(self.cfg.engine), self.cfg.threads,
-                             max(1, self.cfg.workers))
-        exported = engine.exported
-        names = (OUTPUT, *exported.predictor.get_output_names())
-        meta = exported.meta
-        batcher = MicroBatcher(engine.predict_fns, self.cfg.max_batch_rows,
-                               self.cfg.batch_wait_ms / 1000, self.cfg.max_queue_rows)
-        return ServedModel(name=self.cfg.model_name or export_name(meta), version=version,
-                           spec=protocol.Model(exported.schema, names), meta=meta,
-                           batcher=batcher, engine=engine.name, engine_note=engine.note)
-
-    def install(self, model: ServedModel) -> ServedModel | None:
-        """Serve `model` from the next request on (one reference assignment); returns the
-        model it replaces, whose batcher the caller closes once its requests are done."""
-        old, self._model = self._model, model
-        self.ready.set()
-        return old
+        self.batcher: MicroBatcher | None = None
 
     def load(self) -> None:
-        """Load the export of serving.model_dir and serve it; readiness follows."""
+        """Load the export of serving.model_dir and start the predictor threads; readiness
+        follows. Later exports are swapped in by the repository (reload, watch)."""
         try:
-            model = self.build(self.model_dir)
+            loaded = self.repo.load_initial()
+            # Every request names its model's functions; the batcher holds none of its own, so
+            # a swapped-out model is freed once its last request is answered.
+            self.batcher = MicroBatcher([_no_model] * len(loaded.engine.predict_fns),
+                                        self.cfg.max_batch_rows, self.cfg.batch_wait_ms / 1000,
+                                        self.cfg.max_queue_rows)
         except Exception as exc:
             self.failed = f"cannot load {self.model_dir}: {exc}"
             raise
-        self.install(model)
+        self.ready.set()
 
-    def current(self) -> ServedModel:
-        """The model to answer a request with; NotReady when there is none."""
-        model = self._model
-        if model is None or not self.ready.is_set():
-            raise NotReady("model not loaded yet")
-        return model
+    def take(self, call: Call) -> LoadedModel:
+        """The request's model: the repository's current one on the first call, the same
+        object after; NotReady when there is none."""
+        if call.model is None:
+            model = self.repo.current
+            if model is None or self.batcher is None or not self.ready.is_set():
+                raise NotReady("model not loaded yet")
+            call.model = model
+        return call.model
 
     @property
     def accepting(self) -> bool:
         """Ready for new traffic: a model is loaded and the server is not shutting down."""
-        return self._model is not None and self.ready.is_set() and not self.draining
+        return self.loaded is not None and self.ready.is_set() and not self.draining
 
     @property
-    def loaded(self) -> ServedModel | None:
+    def loaded(self) -> LoadedModel | None:
         """The model, ready or not (for status pages and metrics)."""
-        return self._model
+        return self.repo.current
 
-    def infer(self, model: ServedModel, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
-        """Probabilities for checked arrays ([N, num_dense] float32, [N, width] int64)."""
-        return model.batcher.predict(dense, sparse, self.cfg.request_timeout_s)
+    def infer(self, model: LoadedModel, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
+        """Probabilities for checked arrays ([N, num_dense] float32, [N, width] int64), computed
+        by `model` alone (the batcher merges only chunks of one version)."""
+        if self.batcher is None:
+            raise NotReady("model not loaded yet")
+        fns: list[PredictFn] = model.engine.predict_fns
+        return self.batcher.predict(dense, sparse, self.cfg.request_timeout_s, fns)
 
     def close(self) -> None:
-        if self._model is not None:
-            self._model.batcher.close()
+        if self.batcher is not None:
+            self.batcher.close()

@@ -1,10 +1,11 @@
 """The gRPC transport: one server on `serving.grpc_port` for every gRPC service.
 
 Services are registered by name (grpc's generic handlers) from each protocol's servicer:
-`service` (the full name) and `methods()` -> {name: (fn(message) -> (reply, rows), request
-class, reply class)}. The errors of the data plane become gRPC status codes with the same
-one-line reason the HTTP endpoints give; message size is limited by serving.max_body_bytes,
-as HTTP bodies are.
+`service` (the full name) and `methods()` -> {name: (fn(message, call) -> (reply, rows),
+request class, reply class)}. The errors of the data plane become gRPC status codes with the
+same one-line reason the HTTP endpoints give; message size is limited by serving.max_body_bytes,
+as HTTP bodies are. A call that took a model (dataplane.take) names its version in the trailing
+metadata `x-model-version`, as HTTP replies do in their X-Model-Version header.
 """
 
 import logging
@@ -18,14 +19,16 @@ from google.protobuf.message import DecodeError
 
 from recrunner.config.serving import ServingConfig
 from recrunner.errors import RecrunnerError
-from recrunner.serving.dataplane import error_status
+from recrunner.serving.dataplane import Call, error_status
 from recrunner.serving.protocol import BadRequest
+from recrunner.serving.routes import VERSION_HEADER
 
 log = logging.getLogger(__name__)
 
 # HTTP status of a data-plane error -> gRPC code.
 CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,
          413: grpc.StatusCode.RESOURCE_EXHAUSTED, 503: grpc.StatusCode.UNAVAILABLE}
+VERSION_KEY = VERSION_HEADER.lower()  # gRPC metadata keys are lower case
 
 
 class Servicer(Protocol):
@@ -60,7 +63,7 @@ class GrpcServer:
                 (grpc.method_handlers_generic_handler(servicer.service, handlers),))
         self.port = 0
 
-    def _wrap(self, service: str, name: str, fn: Callable[[Any], tuple[Any, int]],
+    def _wrap(self, service: str, name: str, fn: Callable[[Any, Call], tuple[Any, int]],
               request_class: Any) -> Callable[[bytes, grpc.ServicerContext], Any]:
         endpoint = f"grpc_{service.rsplit('.', 1)[-1]}_{name}"
 
@@ -68,6 +71,7 @@ class GrpcServer:
             self._begin()
             t0 = time.perf_counter()
             code, rows = grpc.StatusCode.OK, 0
+            call = Call()
             try:
                 try:
                     try:
@@ -75,7 +79,9 @@ class GrpcServer:
                     except DecodeError as exc:
                         raise BadRequest(f"invalid protobuf {request_class.__name__}: "
                                          f"{exc}") from exc
-                    reply, rows = fn(msg)
+                    reply, rows = fn(msg, call)
+                    if call.model is not None:
+                        context.set_trailing_metadata(((VERSION_KEY, call.model.version),))
                     return reply
                 except Exception as exc:
                     known = error_status(exc)
@@ -86,6 +92,8 @@ class GrpcServer:
                     else:
                         status, reason = known
                         code = CODES.get(status, grpc.StatusCode.INVALID_ARGUMENT)
+                    if call.model is not None:  # sent with the abort's status
+                        context.set_trailing_metadata(((VERSION_KEY, call.model.version),))
             finally:
                 self._observe(endpoint, code.value[0], time.perf_counter() - t0, rows)
                 self._end()

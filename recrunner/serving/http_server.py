@@ -4,8 +4,14 @@ same bound, hands a router.Request to the app, and writes the reply in one write
 when the client's `Accept-Encoding` asks for it. The request threads parse and validate; the
 MicroBatcher's predictor threads run the model (Paddle and ONNX Runtime release the GIL while
 they compute, so parsing overlaps with prediction).
+
+Connections are bounded and slow senders cut off by recrunner.serving.limits: at most
+serving.max_connections at once (one more: 503 from the accept loop), and a request's head and
+body must arrive within serving.read_timeout_s (else 408 and the connection closed). Any
+method the path does not take is 405 with Allow; malformed heads get JSON replies too.
 """
 
+import contextlib
 import gzip
 import socket
 import sys
@@ -14,6 +20,7 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from recrunner.serving.limits import ConnectionSlots, Deadlines, refuse
 from recrunner.serving.protocol import BadRequest
 from recrunner.serving.router import Reply, Request
 
@@ -79,6 +86,39 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass  # per-request lines would cost more than the request; /metrics has the counts
 
+    expired = False  # set by the Deadlines thread when the request came too slowly
+
+    def handle_one_request(self) -> None:
+        """Wait for a request's first byte (an idle keep-alive: serving.socket_timeout_s), then
+        give its head and body serving.read_timeout_s to arrive."""
+        try:
+            if not self.rfile.peek(1):  # type: ignore[attr-defined]  # a BufferedReader
+                self.close_connection = True
+                return
+        except OSError:  # idle too long, or reset
+            self.close_connection = True
+            return
+        deadlines = self.app.deadlines
+        if deadlines is not None:
+            deadlines.arm(self, self.connection, self.app.cfg.read_timeout_s)
+        try:
+            super().handle_one_request()
+        finally:
+            if deadlines is not None:
+                deadlines.disarm(self)
+        if self.expired:
+            self.close_connection = True
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        """The stdlib's replies to a malformed head (400, 414, 431, 501): a late head is 408."""
+        if self.expired:
+            code, message = 408, "request head not received within serving.read_timeout_s"
+        self.close_connection = True
+        reason = message or self.responses.get(code, ("bad request",))[0]
+        with contextlib.suppress(OSError):  # as JSON and HTTP/1.1, like every other reply
+            self._write(self.app.error(Request("", "", {}), code, reason)[1])
+
     def do_GET(self) -> None:
         self._serve(read_body=False)
 
@@ -91,6 +131,13 @@ class Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._serve(read_body=False)
 
+    def __getattr__(self, name: str) -> Any:
+        """Any other method (HEAD, PATCH, TRACE, ...): 405 with Allow (or 404), not the
+        stdlib's 501 - the server knows the method, the path does not take it."""
+        if name.startswith("do_"):
+            return lambda: self._serve(read_body=False)
+        raise AttributeError(name)
+
     _discard = 0
 
     def _serve(self, read_body: bool) -> None:
@@ -99,6 +146,9 @@ class Handler(BaseHTTPRequestHandler):
         t0 = time.perf_counter()
         path = self.path.split("?", 1)[0]
         try:
+            if not read_body and (self.headers.get("Content-Length", "0").strip() != "0"
+                                  or "Transfer-Encoding" in self.headers):
+                self.close_connection = True  # an unread body would be read as a request
             endpoint, reply = self._reply(app, path, read_body)
             if reply is None:  # the client went away or stalled
                 self.close_connection = True
@@ -159,14 +209,27 @@ class Handler(BaseHTTPRequestHandler):
                 body = self.rfile.read(length)
             except (TimeoutError, OSError):
                 return "other", None
+            if app.deadlines is not None:
+                app.deadlines.disarm(self)
             if len(body) != length:
-                return "other", None
+                self.close_connection = True
+                if self.expired:
+                    return app.error(request, 408, "body not received within serving."
+                                                   f"read_timeout_s={app.cfg.read_timeout_s:g} "
+                                                   f"({len(body)} of {length} bytes)")
+                return app.error(request, 400, f"body ended after {len(body)} of the "
+                                               f"{length} bytes of its Content-Length")
             try:
                 request.body = decode_body(body, self.headers.get("Content-Encoding", ""),
                                            limit)
             except BadRequest as exc:
                 request.body = b""
                 return app.error(request, exc.status, exc.reason)
+        if self.expired:  # its reading side is shut: no next request on this connection
+            self.close_connection = True
+            if not read_body:  # the head came late (and may be incomplete)
+                return app.error(request, 408, "request not received within serving."
+                                               f"read_timeout_s={app.cfg.read_timeout_s:g}")
         return app.handle(request)
 
     def _write(self, reply: Reply) -> None:
@@ -177,12 +240,32 @@ class Handler(BaseHTTPRequestHandler):
             head += f"{name}: {value}\r\n"
         if self.close_connection:
             head += "Connection: close\r\n"
-        self.wfile.write(head.encode("latin-1") + b"\r\n" + reply.body)
+        body = b"" if self.command == "HEAD" else reply.body
+        self.wfile.write(head.encode("latin-1") + b"\r\n" + body)
 
 
 class HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # 8+ clients connecting at once must not hit SYN retries
+    slots: ConnectionSlots
+    deadlines: Deadlines
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread per connection, up to the slots; beyond them 503 from this thread."""
+        if not self.slots.take():
+            refuse(request, self.deadlines)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         exc = sys.exc_info()[1]

@@ -10,9 +10,10 @@ import numpy as np
 from recrunner import __version__
 from recrunner.export import DENSE_INPUT, OUTPUT, SPARSE_INPUT
 from recrunner.serving import protocol
-from recrunner.serving.dataplane import DataPlane, NotReady, ServedModel
+from recrunner.serving.dataplane import Call, DataPlane, NotReady
 from recrunner.serving.proto import open_inference_pb2 as pb
 from recrunner.serving.protocol import BadRequest
+from recrunner.serving.repository import LoadedModel
 from recrunner.serving.router import Reply, Request, Router, json_reply
 
 GRPC_SERVICE = "inference.GRPCInferenceService"
@@ -27,7 +28,6 @@ ACCEPTS = {DENSE_INPUT: ("FP32", "FP64"), SPARSE_INPUT: ("INT64", "INT32")}
 # gRPC typed contents per datatype.
 CONTENTS = {"FP32": "fp32_contents", "FP64": "fp64_contents", "INT64": "int64_contents",
             "INT32": "int_contents"}
-MODEL = r"/v2/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?"
 
 
 @dataclass
@@ -40,8 +40,9 @@ class Tensor:
     data: np.ndarray
 
 
-def model_for(plane: DataPlane, name: str, version: str | None) -> ServedModel:
-    model = plane.current()
+def model_for(plane: DataPlane, call: Call, name: str, version: str | None) -> LoadedModel:
+    """The request's model (taken once) if it is the one asked for."""
+    model = plane.take(call)
     if name != model.name:
         raise BadRequest(f"no model {name!r} (this server serves {model.name!r})", 404)
     if version and version != model.version:
@@ -50,7 +51,7 @@ def model_for(plane: DataPlane, name: str, version: str | None) -> ServedModel:
     return model
 
 
-def metadata(model: ServedModel) -> dict[str, Any]:
+def metadata(model: LoadedModel) -> dict[str, Any]:
     def tensors(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{"name": s["name"], "datatype": DATATYPE.get(s["dtype"], s["dtype"].upper()),
                  "shape": list(s["shape"])} for s in specs]
@@ -90,7 +91,7 @@ def check_datatype(name: str, datatype: str) -> None:
                          f"{' or '.join(ACCEPTS[name])}")
 
 
-def arrays(model: ServedModel, tensors: list[Tensor]) -> tuple[np.ndarray, np.ndarray]:
+def arrays(model: LoadedModel, tensors: list[Tensor]) -> tuple[np.ndarray, np.ndarray]:
     """The model's checked inputs from the request's tensors."""
     spec = model.spec
     width = {DENSE_INPUT: spec.schema.num_dense, SPARSE_INPUT: spec.schema.sparse_width}
@@ -118,7 +119,7 @@ def arrays(model: ServedModel, tensors: list[Tensor]) -> tuple[np.ndarray, np.nd
     return protocol.check_arrays(spec, got[DENSE_INPUT], got[SPARSE_INPUT])
 
 
-def check_outputs(model: ServedModel, names: list[str]) -> None:
+def check_outputs(model: LoadedModel, names: list[str]) -> None:
     for name in names:
         if name not in model.spec.output_names:
             raise BadRequest(f"unknown output {name!r} (this model has "
@@ -184,12 +185,12 @@ class OpenInferenceEndpoints:
         self.plane = plane
 
     def register(self, router: Router) -> None:
-        router.add("GET", "/v2", "v2_metadata", self.server_metadata)
-        router.add("GET", "/v2/health/live", "v2_live", self.live)
-        router.add("GET", "/v2/health/ready", "v2_ready", self.ready)
-        router.add("GET", MODEL, "v2_model", self.model_metadata)
-        router.add("GET", MODEL + "/ready", "v2_model_ready", self.model_ready)
-        router.add("POST", MODEL + "/infer", "v2_infer", self.infer)
+        router.bind("v2_metadata", self.server_metadata)
+        router.bind("v2_live", self.live)
+        router.bind("v2_ready", self.ready)
+        router.bind("v2_model", self.model_metadata)
+        router.bind("v2_model_ready", self.model_ready)
+        router.bind("v2_infer", self.infer)
 
     def server_metadata(self, request: Request, params: dict[str, str]) -> Reply:
         return json_reply(200, {"name": SERVER_NAME, "version": __version__,
@@ -199,21 +200,21 @@ class OpenInferenceEndpoints:
         return json_reply(200, {"live": True})
 
     def ready(self, request: Request, params: dict[str, str]) -> Reply:
-        self.plane.current()  # NotReady: 503
         if not self.plane.accepting:
-            raise NotReady("shutting down")
+            raise NotReady("model not loaded yet" if self.plane.loaded is None
+                       or not self.plane.ready.is_set() else "shutting down")
         return json_reply(200, {"ready": True})
 
     def model_ready(self, request: Request, params: dict[str, str]) -> Reply:
-        model_for(self.plane, params["name"], params.get("version"))
+        model_for(self.plane, request.call, params["name"], params.get("version"))
         return json_reply(200, {"name": params["name"], "ready": True})
 
     def model_metadata(self, request: Request, params: dict[str, str]) -> Reply:
-        model = model_for(self.plane, params["name"], params.get("version"))
+        model = model_for(self.plane, request.call, params["name"], params.get("version"))
         return json_reply(200, metadata(model))
 
     def infer(self, request: Request, params: dict[str, str]) -> Reply:
-        model = model_for(self.plane, params["name"], params.get("version"))
+        model = model_for(self.plane, request.call, params["name"], params.get("version"))
         req, binary = split_body(request)
         if not isinstance(req, dict):
             raise BadRequest("body must be a JSON object with 'inputs'")
@@ -291,29 +292,29 @@ class InferenceServicer:
                                   pb.ModelMetadataResponse),
                 "ModelInfer": (self.model_infer, pb.ModelInferRequest, pb.ModelInferResponse)}
 
-    def server_live(self, msg: pb.ServerLiveRequest) -> tuple[Any, int]:
+    def server_live(self, msg: pb.ServerLiveRequest, call: Call) -> tuple[Any, int]:
         return pb.ServerLiveResponse(live=True), 0
 
-    def server_ready(self, msg: pb.ServerReadyRequest) -> tuple[Any, int]:
+    def server_ready(self, msg: pb.ServerReadyRequest, call: Call) -> tuple[Any, int]:
         return pb.ServerReadyResponse(ready=self.plane.accepting), 0
 
-    def model_ready(self, msg: pb.ModelReadyRequest) -> tuple[Any, int]:
-        model_for(self.plane, msg.name, msg.version)
+    def model_ready(self, msg: pb.ModelReadyRequest, call: Call) -> tuple[Any, int]:
+        model_for(self.plane, call, msg.name, msg.version)
         return pb.ModelReadyResponse(ready=True), 0
 
-    def server_metadata(self, msg: pb.ServerMetadataRequest) -> tuple[Any, int]:
+    def server_metadata(self, msg: pb.ServerMetadataRequest, call: Call) -> tuple[Any, int]:
         return pb.ServerMetadataResponse(name=SERVER_NAME, version=__version__,
                                          extensions=EXTENSIONS), 0
 
-    def model_metadata(self, msg: pb.ModelMetadataRequest) -> tuple[Any, int]:
-        meta = metadata(model_for(self.plane, msg.name, msg.version))
+    def model_metadata(self, msg: pb.ModelMetadataRequest, call: Call) -> tuple[Any, int]:
+        meta = metadata(model_for(self.plane, call, msg.name, msg.version))
         return pb.ModelMetadataResponse(
             name=meta["name"], versions=meta["versions"], platform=meta["platform"],
             inputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta["inputs"]],
             outputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta["outputs"]]), 0
 
-    def model_infer(self, msg: pb.ModelInferRequest) -> tuple[Any, int]:
-        model = model_for(self.plane, msg.model_name, msg.model_version)
+    def model_infer(self, msg: pb.ModelInferRequest, call: Call) -> tuple[Any, int]:
+        model = model_for(self.plane, call, msg.model_name, msg.model_version)
         dense, sparse = arrays(model, grpc_inputs(msg))
         wanted = [o.name for o in msg.outputs] or [OUTPUT]
         check_outputs(model, wanted)

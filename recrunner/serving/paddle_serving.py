@@ -8,7 +8,7 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from recrunner.serving import protocol
-from recrunner.serving.dataplane import DataPlane
+from recrunner.serving.dataplane import Call, DataPlane
 from recrunner.serving.proto import paddle_serving_pb2 as pb
 from recrunner.serving.protocol import DATA_FIELD, ENGINE_NAME, FLOAT32, BadRequest
 from recrunner.serving.router import Reply, Request, Router, error_reply, json_reply
@@ -71,12 +71,11 @@ class PaddleServingEndpoints:
         self.plane = plane
 
     def register(self, router: Router) -> None:
-        router.add("POST", INFERENCE_PATH, "inference", self.inference, self.inference_error)
-        router.add("POST", r"/(?P<service>[^/]+)/prediction", "prediction", self.prediction,
-                   error_reply)
+        router.bind("inference", self.inference, self.inference_error)
+        router.bind("prediction", self.prediction, error_reply)
 
     def inference(self, request: Request, params: dict[str, str]) -> Reply:
-        model = self.plane.current()
+        model = self.plane.take(request.call)
         if is_proto(request):
             req = decode_message(model.spec, parse_message(request.body))
         else:
@@ -97,7 +96,7 @@ class PaddleServingEndpoints:
         return json_reply(status, reply)
 
     def prediction(self, request: Request, params: dict[str, str]) -> Reply:
-        model = self.plane.current()
+        model = self.plane.take(request.call)
         req = protocol.parse_prediction(model.spec, request.body)
         probs = self.plane.infer(model, req.dense, req.sparse)
         return json_reply(200, protocol.prediction_reply(req, probs), len(probs))
@@ -115,8 +114,8 @@ class GeneralModelServicer:
         return {"inference": (self.inference, pb.Request, pb.Response),
                 "debug": (self.inference, pb.Request, pb.Response)}
 
-    def inference(self, msg: pb.Request) -> tuple[pb.Response, int]:
-        model = self.plane.current()
+    def inference(self, msg: pb.Request, call: Call) -> tuple[pb.Response, int]:
+        model = self.plane.take(call)
         req = decode_message(model.spec, msg)
         probs = self.plane.infer(model, req.dense, req.sparse)
         return response_message(req, probs), len(probs)

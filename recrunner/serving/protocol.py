@@ -242,7 +242,7 @@ def inference_error(reason: str, status: int, body: bytes | None = None) -> dict
     if body:
         try:  # echo the client's log_id when the body got that far
             found = loads(body).get("log_id", 0)
-            log_id = found if isinstance(found, int) else 0
+            log_id = found if isinstance(found, int) and not isinstance(found, bool) else 0
         except Exception:
             pass
     return {"outputs": [], "err_no": status, "err_msg": reason, "log_id": log_id,

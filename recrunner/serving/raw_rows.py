@@ -14,10 +14,10 @@ class RawRowsEndpoints:
         self.parser = Combiner(protocol.parse_many, cfg.max_batch_rows)
 
     def register(self, router: Router) -> None:
-        router.add("POST", "/predict", "predict", self.predict)
+        router.bind("predict", self.predict)
 
     def predict(self, request: Request, params: dict[str, str]) -> Reply:
-        model = self.plane.current()
+        model = self.plane.take(request.call)
         body, content_type = request.body, request.content_type
         is_json = "json" in content_type or (not content_type and body[:1] in (b"[", b"{"))
         rows = protocol.prepare_raw(model.spec, body, is_json)

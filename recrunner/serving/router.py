@@ -1,12 +1,13 @@
-"""HTTP requests and replies independent of the HTTP server, and the route table that the
-endpoints of each protocol register on (method, path pattern) -> handler."""
+"""HTTP requests and replies independent of the HTTP server, and the router: each protocol's
+endpoints module binds a handler (and the protocol's error wording) to the endpoint keys of
+the one route table, routes.ROUTES, which also generates GET /openapi.json."""
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from recrunner.serving import protocol
+from recrunner.serving import protocol, routes
+from recrunner.serving.dataplane import Call
 
 JSON = "application/json"
 
@@ -17,6 +18,7 @@ class Request:
     path: str  # without the query string
     headers: Mapping[str, str]  # case-insensitive (an email.message.Message) or lower-case keys
     body: bytes = b""
+    call: Call = field(default_factory=Call)  # the model this request took (dataplane.take)
 
     @property
     def content_type(self) -> str:
@@ -46,40 +48,39 @@ ErrorFn = Callable[[Request | None, int, str], Reply]
 
 
 @dataclass
-class Route:
-    method: str
-    pattern: re.Pattern[str]
-    endpoint: str  # the metrics label
+class Bound:
+    route: routes.Route
+    params: dict[str, str]
     handler: Handler
     on_error: ErrorFn
 
 
 class Router:
     def __init__(self) -> None:
-        self.routes: list[Route] = []
+        self._handlers: dict[str, tuple[Handler, ErrorFn]] = {}
 
-    def add(self, method: str, pattern: str, endpoint: str, handler: Handler,
-            on_error: ErrorFn = error_reply) -> None:
-        """`pattern`: a regular expression over the whole path; named groups are passed to
-        the handler."""
-        self.routes.append(Route(method, re.compile(pattern), endpoint, handler, on_error))
+    def bind(self, endpoint: str, handler: Handler, on_error: ErrorFn = error_reply) -> None:
+        """Serve the routes of routes.ROUTES whose endpoint key is `endpoint` with `handler`."""
+        if not any(r.endpoint == endpoint for r in routes.ROUTES):
+            raise KeyError(f"endpoint {endpoint!r} has no row in routes.ROUTES")
+        self._handlers[endpoint] = (handler, on_error)
 
-    def find(self, method: str, path: str) -> tuple[Route | None, dict[str, str], list[str]]:
-        """(the route, its path parameters, []) or (None, {}, the methods the path takes)."""
-        methods: list[str] = []
-        for route in self.routes:
-            m = route.pattern.fullmatch(path)
-            if m is None:
-                continue
-            if route.method == method:
-                return route, m.groupdict(), []
-            methods.append(route.method)
-        return None, {}, methods
+    def check(self) -> None:
+        """Every route of the table has a handler (else it would be published, not served)."""
+        unbound = sorted({r.endpoint for r in routes.ROUTES} - set(self._handlers))
+        if unbound:
+            raise KeyError(f"routes without a handler: {', '.join(unbound)}")
+
+    def find(self, path: str) -> Bound | None:
+        """The route of `path` (whatever the method) with its handler and path parameters."""
+        route, params = routes.match(path)
+        if route is None:
+            return None
+        handler, on_error = self._handlers[route.endpoint]
+        return Bound(route, params, handler, on_error)
 
     def on_error(self, path: str) -> tuple[str, ErrorFn]:
         """The endpoint and error wording for `path` whatever the method (transport errors
         come before the method is looked at)."""
-        for route in self.routes:
-            if route.pattern.fullmatch(path):
-                return route.endpoint, route.on_error
-        return "other", error_reply
+        bound = self.find(path)
+        return (bound.route.endpoint, bound.on_error) if bound else ("other", error_reply)

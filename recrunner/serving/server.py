@@ -4,11 +4,18 @@
   serving.grpc_port for every gRPC service;
 - the data plane (dataplane.py): the current model, checked arrays -> probabilities through
   the micro-batcher; no protocol in it;
-- one endpoints class per protocol, registered on the router (router.py): Paddle Serving
+- one endpoints class per protocol, bound on the router (router.py) to the rows of the one
+  route table (routes.py, which also generates GET /openapi.json): Paddle Serving
   (paddle_serving.py), the Open Inference Protocol (open_inference.py), raw rows
-  (raw_rows.py), and the operational ones below (/healthz, /livez, /metrics).
+  (raw_rows.py), and the operational ones below (/healthz, /livez, /metrics, /openapi.json,
+  POST /v2/repository/models/<name>/load);
+- the model repository (repository.py): the model being served, new exports swapped in by
+  the directory watcher, the load endpoint or SIGHUP; every request takes the model once
+  (dataplane.take) and its reply names the version (X-Model-Version, gRPC trailing metadata);
+- limits (limits.py): bounded connections and read deadlines on the HTTP transport.
 """
 
+import contextlib
 import logging
 import threading
 import time
@@ -17,12 +24,13 @@ from pathlib import Path
 from recrunner.config.serving import ServingConfig
 from recrunner.errors import RecrunnerError
 from recrunner.export import META_FILE
-from recrunner.serving import protocol
+from recrunner.serving import protocol, routes
 from recrunner.serving.batcher import MicroBatcher
 from recrunner.serving.dataplane import DataPlane, error_status
 from recrunner.serving.grpc_server import GrpcServer, Servicer
 from recrunner.serving.http_server import Handler, HTTPServer
-from recrunner.serving.metrics import Metrics
+from recrunner.serving.limits import ConnectionSlots, Deadlines
+from recrunner.serving.metrics import PREFIX, Metrics
 from recrunner.serving.open_inference import InferenceServicer, OpenInferenceEndpoints
 from recrunner.serving.paddle_serving import (
     INFERENCE_PATH,
@@ -30,6 +38,7 @@ from recrunner.serving.paddle_serving import (
     PaddleServingEndpoints,
 )
 from recrunner.serving.raw_rows import RawRowsEndpoints
+from recrunner.serving.repository import LoadRefused, ModelRepository
 from recrunner.serving.router import Reply, Request, Router, json_reply
 
 log = logging.getLogger(__name__)
@@ -45,18 +54,22 @@ class ServingApp:
         self.plane = DataPlane(cfg, model_dir)
         self.metrics = Metrics()
         self.router = Router()
-        self.router.add("GET", "/healthz", "healthz", lambda r, p: self.health())
-        self.router.add("GET", "/livez", "livez", lambda r, p: json_reply(200, {"status":
-                                                                              "alive"}))
-        self.router.add("GET", "/metrics", "metrics", lambda r, p: Reply(
+        self.router.bind("healthz", lambda r, p: self.health())
+        self.router.bind("livez", lambda r, p: json_reply(200, {"status": "alive"}))
+        self.router.bind("metrics", lambda r, p: Reply(
             200, self.render_metrics().encode(), "text/plain; version=0.0.4; charset=utf-8"))
+        self.router.bind("openapi", lambda r, p: json_reply(200, routes.document()))
+        self.router.bind("load", lambda r, p: self.reload(p["name"]))
         for endpoints in (PaddleServingEndpoints(self.plane), RawRowsEndpoints(self.plane),
                           OpenInferenceEndpoints(self.plane)):
             endpoints.register(self.router)
+        self.router.check()
         self.servicers: list[Servicer] = [GeneralModelServicer(self.plane),
                                           InferenceServicer(self.plane)]
         self._inflight = 0
         self._idle = threading.Condition()
+        self.connections: ConnectionSlots | None = None  # set by the Server
+        self.deadlines: Deadlines | None = None
 
     # --- what the model is (through the data plane) -----------------------------------------
 
@@ -77,14 +90,18 @@ class ServingApp:
         return self.plane.failed
 
     @property
+    def repo(self) -> ModelRepository:
+        return self.plane.repo
+
+    @property
     def model(self) -> protocol.Model | None:
+        """The request spec of the model being served now."""
         loaded = self.plane.loaded
         return loaded.spec if loaded else None
 
     @property
     def batcher(self) -> MicroBatcher | None:
-        loaded = self.plane.loaded
-        return loaded.batcher if loaded else None
+        return self.plane.batcher
 
     def load(self) -> None:
         self.plane.load()
@@ -113,23 +130,47 @@ class ServingApp:
     # --- routing -----------------------------------------------------------------------------
 
     def handle(self, request: Request) -> tuple[str, Reply]:
-        route, params, methods = self.router.find(request.method, request.path)
-        if route is None:
-            if methods:
-                return "other", json_reply(405, {"error": f"{request.path} takes "
-                                                          f"{' or '.join(sorted(set(methods)))}"})
+        bound = self.router.find(request.path)
+        if bound is None:
             return "other", json_reply(404, {"error": f"no such path {request.path} (POST "
                                                       f"{INFERENCE_PATH}, /<name>/prediction, "
-                                                      "/predict, /v2/models/<name>/infer)"})
+                                                      "/predict, /v2/models/<name>/infer; GET "
+                                                      "/openapi.json lists them)"})
+        route = bound.route
+        if request.method not in route.methods:
+            reply = json_reply(405, {"error": f"{request.path} takes "
+                                              f"{' or '.join(route.methods)}"})
+            reply.headers["Allow"] = ", ".join(route.methods)
+            return route.endpoint, reply
         try:
-            return route.endpoint, route.handler(request, params)
+            reply = bound.handler(request, bound.params)
         except Exception as exc:
             known = error_status(exc)
             if known is None:  # a bug or a predictor failure: 500, and keep serving
                 log.exception("%s %s failed", request.method, request.path)
                 known = (500, f"internal error: {type(exc).__name__}: {exc}")
             status, reason = known
-            return route.endpoint, route.on_error(request, status, " ".join(reason.split()))
+            reply = bound.on_error(request, status, " ".join(reason.split()))
+        model = request.call.model
+        if model is not None:  # the one version that computed this reply
+            reply.headers[routes.VERSION_HEADER] = model.version
+        return route.endpoint, reply
+
+    def reload(self, name: str) -> Reply:
+        """POST /v2/repository/models/<name>/load: swap in the export now in model_dir."""
+        current = self.plane.loaded
+        if current is None or not self.ready.is_set():
+            return json_reply(503, {"error": "model not loaded yet"})
+        if name != current.name:
+            return json_reply(404, {"error": f"no model {name!r} (this server has "
+                                             f"{current.name!r})"})
+        try:
+            result = self.repo.reload("load request")
+        except LoadRefused as exc:
+            return json_reply(409, {"error": f"refused, still serving version "
+                                             f"{current.version}: {exc}"})
+        return json_reply(200, {"name": current.name, "version": result.version,
+                                "swapped": result.swapped, "message": result.message})
 
     def error(self, request: Request, status: int, reason: str) -> tuple[str, Reply]:
         """A transport error (length, size, encoding) in the wording of the path's protocol."""
@@ -145,8 +186,8 @@ class ServingApp:
         if not self.ready.is_set() or loaded is None:
             return json_reply(503, {"status": "loading"})
         return json_reply(200, {"status": "ready", "model_dir": str(self.model_dir),
-                                "model": loaded.name, "version": loaded.version,
-                                "engine": loaded.engine, "engine_note": loaded.engine_note})
+                                "model": loaded.name, "engine": loaded.engine.name,
+                                "engine_note": loaded.engine.note, **self.repo.status()})
 
     def render_metrics(self) -> str:
         batcher = self.batcher
@@ -166,7 +207,18 @@ class ServingApp:
                     "predictor_rows_total": ("Rows through the predictor.", s.rows),
                     "predictor_seconds_total": ("Seconds spent in predictor calls.", s.seconds),
                 }
-        return self.metrics.render(gauges, counters)
+        if self.connections is not None:
+            gauges["open_connections"] = ("Client connections open now.",
+                                          float(self.connections.open))
+            counters["rejected_connections_total"] = (
+                "Connections refused with 503 at serving.max_connections.",
+                float(self.connections.rejected))
+        if self.deadlines is not None:
+            counters["read_timeouts_total"] = (
+                "Requests cut off after serving.read_timeout_s (408).",
+                float(self.deadlines.expired_total))
+        text = self.metrics.render(gauges, counters)
+        return text + "\n".join(self.repo.metric_lines(PREFIX)) + "\n"
 
 
 class Server:
@@ -182,6 +234,7 @@ class Server:
         self.httpd: HTTPServer | None = None
         self.grpc: GrpcServer | None = None
         self._threads: list[threading.Thread] = []
+        self._stop_watching = threading.Event()
         self.load_error: BaseException | None = None
 
     @property
@@ -215,6 +268,8 @@ class Server:
             raise RecrunnerError(f"cannot listen on {self.cfg.host}:{self.cfg.port}: "
                                  f"{exc.strerror or exc} (set serving.port / serving.host)"
                                  ) from exc
+        self.httpd.slots = self.app.connections = ConnectionSlots(self.cfg.max_connections)
+        self.httpd.deadlines = self.app.deadlines = Deadlines()
         grpc_port = self.cfg.grpc_port
         if grpc_port is None:
             grpc_port = self.cfg.port + 1 if self.cfg.port else 0
@@ -224,6 +279,7 @@ class Server:
             self.grpc.start(self.cfg.host, grpc_port)
         except RecrunnerError:
             self.httpd.server_close()
+            self.app.deadlines.close()
             raise
         serve = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
                                  name="http-accept", daemon=True)
@@ -235,6 +291,9 @@ class Server:
             self._threads.append(loader)
         else:
             self.app.load()
+        if self.cfg.watch_interval_s > 0:
+            self._threads.append(self.app.repo.watch(self.cfg.watch_interval_s,
+                                                     self._stop_watching))
 
     def _load(self) -> None:
         try:
@@ -243,6 +302,11 @@ class Server:
             self.load_error = exc
             log.error("%s", self.app.failed)
 
+    def reload(self, reason: str) -> None:
+        """Swap in the export now in the model directory (SIGHUP); refusals are logged."""
+        with contextlib.suppress(LoadRefused):
+            self.app.repo.reload(reason)
+
     def wait_ready(self, timeout_s: float) -> bool:
         return self.app.ready.wait(timeout_s)
 
@@ -250,6 +314,9 @@ class Server:
         """Stop accepting, let in-flight requests finish; True if all finished in time."""
         timeout_s = self.cfg.shutdown_timeout_s if timeout_s is None else timeout_s
         self.app.draining = True
+        self._stop_watching.set()
+        if self.app.deadlines is not None:
+            self.app.deadlines.close()
         if self.httpd is not None:
             self.httpd.shutdown()  # the accept loop ends; connection threads go on
             self.httpd.server_close()
