@@ -98,6 +98,19 @@ def test_openapi_document_is_served_and_covers_every_route(server: Server) -> No
     conn.close()
 
 
+def test_router_serves_exactly_the_route_table() -> None:
+    """A row without a handler (published, not served) or a handler without a row (served,
+    not published) stops the server from being built."""
+    from recrunner.serving.router import Router, error_reply
+
+    router = Router()
+    with pytest.raises(KeyError, match="no row"):
+        router.bind("v3_infer", lambda r, p: error_reply(r, 500, ""))
+    router.bind("predict", lambda r, p: error_reply(r, 500, ""))
+    with pytest.raises(KeyError, match="v2_infer"):
+        router.check()
+
+
 @pytest.fixture(scope="module")
 def api_schema(server: Server) -> object:
     return schemathesis.openapi.from_url(f"{server.url}/openapi.json")

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 
@@ -66,10 +67,51 @@ def rows(synth_data: dict[str, str]) -> client.Labeled:
 
 
 def offline(export: Path, lines: list[bytes]) -> np.ndarray:
+    return offline_arrays(export, lines)[2]
+
+
+def offline_arrays(export: Path, lines: list[bytes]) -> tuple[np.ndarray, ...]:
+    """The rows' model inputs (dense, sparse) and the export's probabilities for them."""
     model = load_export(export)
     batch = parse_block(row_format(model.schema, labeled=False), b"\n".join(lines) + b"\n",
                         "rows", 1, RowErrors("fail"))
-    return model.predict(batch.dense, batch.sparse)
+    return batch.dense, batch.sparse, model.predict(batch.dense, batch.sparse)
+
+
+def other_protocols(srv: Server, dense: np.ndarray, sparse: np.ndarray, stop: threading.Event,
+                    out: list[tuple[str, int, str, np.ndarray]]) -> None:
+    """Paddle Serving (JSON, protobuf, gRPC) and the Open Inference Protocol (HTTP, gRPC) in
+    turn until `stop`: (kind, status, the version the reply names, probabilities)."""
+    from recrunner.serving.proto import open_inference_pb2 as oip
+    from recrunner.serving.proto import paddle_serving_pb2 as ps
+
+    http_reqs = {"inference": client.tensor_request(dense, sparse, "inference"),
+                 "proto": client.proto_request(dense, sparse),
+                 "v2": client.v2_request("wide_deep", dense, sparse)}
+    calls = {"grpc_paddle": client.paddle_grpc_call(dense, sparse),
+             "grpc_v2": client.v2_grpc_call("wide_deep", dense, sparse)}
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+    with grpc.insecure_channel(srv.grpc_target) as channel:
+        while not stop.is_set():
+            for kind, req in http_reqs.items():
+                conn.request("POST", req.path, req.body,
+                             {"Content-Type": req.content_type, **req.headers})
+                resp = conn.getresponse()
+                body = resp.read()
+                out.append((kind, resp.status, resp.getheader(VERSION_HEADER, ""),
+                            client.probabilities(kind, body) if resp.status == 200 else
+                            np.empty(0)))
+            for kind, call in calls.items():
+                reply, rpc = channel.unary_unary(call.method).with_call(call.body, timeout=60)
+                tag = dict(rpc.trailing_metadata() or ())[VERSION_HEADER.lower()]
+                if kind == "grpc_v2":
+                    msg = oip.ModelInferResponse.FromString(reply)
+                    assert msg.model_version == tag  # the protocol's own field agrees
+                    probs = np.frombuffer(msg.raw_output_contents[0], "<f4")
+                else:
+                    probs = np.asarray(ps.Response.FromString(reply).outputs[0].tensor[0]
+                                       .float_data, np.float32)
+                out.append((kind, 0, tag, probs))
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +165,12 @@ def test_swaps_under_load_drop_nothing_and_mix_no_versions(
             replies[i].append((resp.status, resp.getheader(VERSION_HEADER, ""),
                                data.get("predictions", data)))
 
+    # Every other protocol, HTTP and gRPC, on the first client's rows.
+    dense, sparse, _ = offline_arrays(exports["a"], batches[0])
+    others: list[tuple[str, int, str, np.ndarray]] = []
     threads = [threading.Thread(target=hammer, args=(i,)) for i in range(CLIENTS)]
+    threads.append(threading.Thread(target=other_protocols,
+                                    args=(srv, dense, sparse, stop, others)))
     for t in threads:
         t.start()
     try:
@@ -159,6 +206,12 @@ def test_swaps_under_load_drop_nothing_and_mix_no_versions(
             assert status == 200, probs
             # All rows of the reply from the version it names, none from the other.
             np.testing.assert_allclose(probs, expected[tag][i], atol=1e-5)
+    assert {kind for kind, *_ in others} == {"inference", "proto", "v2", "grpc_paddle",
+                                             "grpc_v2"}
+    assert {tag for _, _, tag, _ in others} == {version["a"], version["b"]}
+    for kind, status, tag, got in others:
+        assert status in (0, 200), kind
+        np.testing.assert_allclose(got, expected[tag][0], atol=1e-5, err_msg=kind)
     health = get(srv, "/healthz")[1]
     assert (health["model_swaps"], health["model_refusals"]) == (3, 2)
     # The swapped-out versions are freed once their requests are answered.

@@ -95,7 +95,7 @@ V2_INFER_REPLY: Schema = {"type": "object", "required": ["model_name", "outputs"
 BINARY: Schema = {"type": "string", "format": "binary"}
 HEALTH: Schema = {"type": "object", "required": ["status"], "properties": {
     "status": {"type": "string", "enum": ["ready", "loading", "failed", "draining"]},
-    "model_dir": {"type": "string"}, "engine": {"type": "string"},
+    "model_dir": {"type": "string"}, "model": {"type": "string"}, "engine": {"type": "string"},
     "engine_note": {"type": "string"}, "error": {"type": "string"},
     "model_version": {"type": ["string", "null"]}, "model_swaps": {"type": "integer"},
     "model_refusals": {"type": "integer"}, "models_in_memory": {"type": "integer"},
