@@ -261,3 +261,24 @@ def test_sighup_reloads(exports: dict[str, Path], tmp_path: Path) -> None:
     finally:
         signal.signal(signal.SIGHUP, previous)
         srv.stop(5)
+
+
+def test_load_endpoint_uses_serving_model_name(exports: dict[str, Path]) -> None:
+    """With serving.model_name set, the repository endpoint (like /v2/models/<name>) answers
+    to that name, not the export's."""
+    from recrunner.serving.router import Request
+    from recrunner.serving.server import ServingApp
+
+    cfg = load(["serving.model_name=ctr", "serving.watch_interval_s=0"]).serving
+    app = ServingApp(cfg, exports["a"])
+    app.load()
+    try:
+        def post(path: str) -> tuple[int, dict]:
+            reply = app.handle(Request("POST", path, {}))[1]
+            return reply.status, json.loads(reply.body)
+
+        assert post("/v2/repository/models/wide_deep/load")[0] == 404
+        status, body = post("/v2/repository/models/ctr/load")
+        assert (status, body["name"], body["swapped"]) == (200, "ctr", False), body
+    finally:
+        app.plane.close()
