@@ -31,11 +31,14 @@ setup(
         "recrunner.conf": ["*.yaml", "**/*.yaml"],
         # The upstream CRDs the validator checks custom resources against, with their sources.
         "recrunner.k8s": ["crds/*.yaml", "crds/*.md", "crds/*.txt"],
+        "recrunner.serving.proto": ["*.proto", "*.pyi"],
     },
     install_requires=[
         # 3.0.0 is the newest CPU wheel that still carries the parameter-server core.
         "paddlepaddle==3.0.0",
-        "protobuf>=4.25,<6",
+        # serving/proto/*_pb2.py were generated for protobuf 5.27 (tools/gen_protos.py).
+        "protobuf>=5.27.2,<6",
+        "grpcio>=1.63",  # recrun serve's gRPC services
         "hydra-core>=1.3,<1.4",
         "omegaconf>=2.3,<2.4",
         "numpy>=1.24",
@@ -66,6 +69,7 @@ setup(
         "test": [
             "pytest>=8",
             "hypothesis>=6.100",  # tests/test_properties.py
+            "schemathesis>=4.0,<5",  # tests/test_hostile.py: the server against its OpenAPI
             "ruff>=0.5",
             "mypy>=1.10",
             "types-PyYAML",
@@ -73,6 +77,11 @@ setup(
             # tests/test_elastic.py: Paddle's launcher imports it for an etcd:// rendezvous
             # (the etcd server itself: `apt-get install etcd-server`, which .ci/run does).
             "etcd3>=0.12",
+            # tests/test_serving_protocols.py: Triton's own clients, unchanged. 2.67+ is built
+            # for protobuf 6; the 2.6x line pins grpcio<1.68.
+            "tritonclient[http,grpc]>=2.50,<2.67",
+            "requests>=2.20",  # the vendored Paddle Serving client's HTTP
+            "grpcio-tools>=1.63,<1.68",  # tools/gen_protos.py
             *LOGGERS,
             *SWEEP,
         ],

@@ -1,10 +1,14 @@
 """Serving benchmark: latency at batch 1 with 8 concurrent clients and rows/s at batch 256,
-through HTTP (server in a subprocess, keep-alive clients here), beside the engine alone.
+per protocol (server in a subprocess, keep-alive HTTP clients / one gRPC channel per client
+here), beside the engine alone.
 
     python benchmarks/bench_serving.py --export runs/wide_deep/export --data test.tsv
     python benchmarks/bench_serving.py            # trains a small model on synthetic data first
 
-Targets (issue 5): p99 < 5 ms at batch 1 with 8 clients; >= 100,000 rows/s at batch 256.
+Protocols (--protocols): ps-json (Paddle Serving JSON), ps-proto (its protobuf over HTTP),
+ps-grpc (its GeneralModelService), v2-http (Open Inference Protocol, binary tensors), v2-grpc
+(GRPCInferenceService, raw contents), raw (/predict rows).
+Targets (issues 5, 11): p99 < 5 ms at batch 1 with 8 clients; >= 100,000 rows/s at batch 256.
 """
 
 import argparse
@@ -65,6 +69,13 @@ def engine_alone(export: Path, engine: str, dense: np.ndarray, sparse: np.ndarra
             "rows_per_s": batch * len(times) / sum(times)}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc): the server's cost per request,
+    which a loaded machine inflates less than wall-clock latency."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def start_server(export: Path, port: int, engine: str, extra: list[str]) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "recrunner", "serve",
                              f"serving.model_dir={export}", f"serving.port={port}",
@@ -90,7 +101,7 @@ def main() -> None:
     p.add_argument("--export", type=Path)
     p.add_argument("--data", type=Path, help="labeled Criteo TSV (with --export)")
     p.add_argument("--engines", default="onnx,paddle")
-    p.add_argument("--endpoints", default="inference,predict")
+    p.add_argument("--protocols", default="ps-json,ps-proto,ps-grpc,v2-http,v2-grpc,raw")
     p.add_argument("--requests", type=int, default=4000, help="batch-1 requests measured")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
@@ -101,6 +112,7 @@ def main() -> None:
     from recrunner.data.formats import row_format
     from recrunner.data.reader import parse_block
     from recrunner.export import load_export
+    from recrunner.serving.repository import export_name
 
     data = client.read_labeled(args.data, 20_000)
     schema = load_export(args.export).schema
@@ -111,37 +123,59 @@ def main() -> None:
         for b in (1, 256):
             r = engine_alone(args.export, engine, batch.dense, batch.sparse, b)
             results.append({"what": f"{engine} alone", "batch": b, "clients": 1, **r})
-        port = free_port()
-        proc = start_server(args.export, port, engine, [])
-        url = f"http://127.0.0.1:{port}"
+        port, grpc_port = free_port(), free_port()
+        proc = start_server(args.export, port, engine, [f"serving.grpc_port={grpc_port}"])
+        url, target = f"http://127.0.0.1:{port}", f"127.0.0.1:{grpc_port}"
+        name = export_name(load_export(args.export).meta)
         try:
-            for endpoint in args.endpoints.split(","):
+            for protocol in args.protocols.split(","):
                 for b, clients, iters in ((1, 8, args.requests), (256, 4, 600)):
-                    if endpoint == "predict":
-                        reqs = [client.predict_request(data.lines[s:s + b])
-                                for s in range(0, len(data.lines) - b + 1, b)]
+                    starts = range(0, len(data.lines) - b + 1, b)
+                    d, s = batch.dense, batch.sparse
+                    cpu0 = cpu_seconds(proc.pid)
+                    if protocol.endswith("grpc"):
+                        calls = [client.paddle_grpc_call(d[i:i + b], s[i:i + b])
+                                 if protocol == "ps-grpc"
+                                 else client.v2_grpc_call(name, d[i:i + b], s[i:i + b])
+                                 for i in starts]
+                        res = client.run_grpc_load(target, calls, iters,
+                                                   warmup=200 if b == 1 else 20,
+                                                   concurrency=clients)
                     else:
-                        reqs = [client.tensor_request(batch.dense[s:s + b],
-                                                      batch.sparse[s:s + b], endpoint)
-                                for s in range(0, len(data.lines) - b + 1, b)]
-                    res = client.run_load(url, reqs, iters, warmup=200 if b == 1 else 20,
-                                          concurrency=clients, endpoint=endpoint, keep=False)
-                    s = res.summary()
-                    results.append({"what": f"HTTP {endpoint} ({engine})", "batch": b,
-                                    "clients": clients, "p50_ms": s["p50_ms"],
-                                    "p99_ms": s["p99_ms"], "rows_per_s": s["rows_per_s"],
-                                    "errors": res.errors})
+                        if protocol == "raw":
+                            reqs = [client.predict_request(data.lines[i:i + b]) for i in starts]
+                        elif protocol == "ps-json":
+                            reqs = [client.tensor_request(d[i:i + b], s[i:i + b], "inference")
+                                    for i in starts]
+                        elif protocol == "ps-proto":
+                            reqs = [client.proto_request(d[i:i + b], s[i:i + b]) for i in starts]
+                        else:
+                            reqs = [client.v2_request(name, d[i:i + b], s[i:i + b])
+                                    for i in starts]
+                        res = client.run_load(url, reqs, iters, warmup=200 if b == 1 else 20,
+                                              concurrency=clients, keep=False)
+                    sm = res.summary()
+                    # Warmup requests included: a slight overestimate of the cost.
+                    warm = 200 if b == 1 else 20
+                    cpu_ms = (cpu_seconds(proc.pid) - cpu0) * 1000 / (iters + warm)
+                    results.append({"what": f"{protocol} ({engine})", "batch": b,
+                                    "clients": clients, "p50_ms": sm["p50_ms"],
+                                    "p99_ms": sm["p99_ms"], "rows_per_s": sm["rows_per_s"],
+                                    "server_cpu_ms": cpu_ms, "errors": res.errors,
+                                    "first_error": res.first_error})
         finally:
             proc.terminate()
             proc.wait(30)
     if args.json:
         print(json.dumps(results, indent=1))
         return
-    print(f"{'':34} {'batch':>5} {'clients':>7} {'p50 ms':>8} {'p99 ms':>8} {'rows/s':>10}")
+    print(f"{'':34} {'batch':>5} {'clients':>7} {'p50 ms':>8} {'p99 ms':>8} {'rows/s':>10} "
+          f"{'srv cpu ms/req':>14}")
     for r in results:
         print(f"{r['what']:34} {r['batch']:>5} {r['clients']:>7} {r['p50_ms']:>8.3f} "
               f"{r['p99_ms']:>8.3f} {r['rows_per_s']:>10,.0f}"
-              + (f"  errors {r['errors']}" if r.get("errors") else ""))
+              + (f" {r['server_cpu_ms']:>14.3f}" if "server_cpu_ms" in r else "")
+              + (f"  errors {r['errors']}: {r['first_error']}" if r.get("errors") else ""))
 
 
 if __name__ == "__main__":

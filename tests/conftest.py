@@ -56,6 +56,23 @@ def data_overrides(data: dict[str, str]) -> list[str]:
     return [f"dataset.train={data['train']}", f"dataset.test={data['test']}"]
 
 
+def train_export(data: dict[str, str], out: Path, *overrides: str) -> Path:
+    """A SMALL_MODEL trained one epoch on `data` into `out`; its export directory."""
+    from recrunner.config.compose import load
+    from recrunner.train.driver import train_local
+
+    cfg = load([*SMALL_MODEL, *data_overrides(data), "runner.epochs=1",
+                f"runner.output_dir={out}", *overrides])
+    train_local(cfg)
+    return out / "export"
+
+
+@pytest.fixture(scope="session")
+def trained_export(tmp_path_factory: pytest.TempPathFactory, synth_data: dict[str, str]) -> Path:
+    """One small export shared by the serving tests (trained once a session)."""
+    return train_export(synth_data, tmp_path_factory.mktemp("serve_run"))
+
+
 def serve_and_predict(export: Path, body: bytes, content_type: str = "text/plain") -> Any:
     """Start `recrun serve`'s server on `export`, POST `body` to /predict, return the
     probabilities (numpy float32), stop the server."""
@@ -79,3 +96,47 @@ def serve_and_predict(export: Path, body: bytes, content_type: str = "text/plain
         return np.array(json.loads(data)["predictions"], np.float32)
     finally:
         srv.stop(5)
+
+
+# --- one small trained export and a server on it (tests/test_serving*.py) ---------------------
+
+@pytest.fixture(scope="session")
+def export_dir(trained_export: Path) -> Path:
+    return trained_export
+
+
+@pytest.fixture(scope="session")
+def rows(synth_data: dict[str, str]) -> Any:
+    from recrunner.serving import client
+
+    return client.read_labeled(synth_data["test"], 300)
+
+
+@pytest.fixture(scope="session")
+def offline(export_dir: Path, rows: Any) -> dict[str, Any]:
+    """What `recrun predict` computes: the export's preprocessing, then paddle.inference."""
+    from recrunner.data.errors import RowErrors
+    from recrunner.data.formats import row_format
+    from recrunner.data.reader import parse_block
+    from recrunner.export import load_export
+
+    model = load_export(export_dir)
+    batch = parse_block(row_format(model.schema, labeled=False),
+                        b"\n".join(rows.lines) + b"\n", "rows", 1, RowErrors("fail"))
+    return {"dense": batch.dense, "sparse": batch.sparse,
+            "probs": model.predict(batch.dense, batch.sparse)}
+
+
+@pytest.fixture(scope="session")
+def server(export_dir: Path) -> Any:
+    """`recrun serve`'s server (HTTP and gRPC, ephemeral ports) on the small export."""
+    from recrunner.config.compose import load
+    from recrunner.serving.server import Server
+
+    cfg = load(["serving.port=0", f"serving.model_dir={export_dir}",
+                "serving.max_body_bytes=2000000"])
+    srv = Server(cfg.serving, export_dir)
+    srv.start()
+    assert srv.wait_ready(120), srv.app.failed
+    yield srv
+    srv.stop(5)

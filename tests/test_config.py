@@ -113,6 +113,8 @@ def test_multirun_sweep_runs_each_job(tmp_path, synth_data) -> None:
     ("mode.max_restarts=-1", "mode.max_restarts=-1 must be at least 0"),
     ("serving.port=70000", "serving.port=70000 must be between 0 and 65535"),
     ("serving.workers=0", "serving.workers=0 must be at least 1"),
+    ("serving.grpc_port=-1", "serving.grpc_port=-1 must be between 0 and 65535"),
+    ("serving.model_name='wide/deep'", "serving.model_name='wide/deep' must be a name of"),
 ])
 def test_out_of_range_values_fail_at_load_time(override: str, message: str) -> None:
     with pytest.raises(RecrunnerError, match=re.escape(message)):

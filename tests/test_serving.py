@@ -18,56 +18,15 @@ import pytest
 import yaml
 
 from recrunner.config.compose import load
-from recrunner.data.errors import RowErrors
-from recrunner.data.formats import row_format
-from recrunner.data.reader import parse_block
-from recrunner.export import load_export
 from recrunner.k8s.validate import default_crd_dir, validate_documents
 from recrunner.serving import client, protocol
 from recrunner.serving.batcher import MicroBatcher
 from recrunner.serving.k8s import CLIENT_CONF, SERVER_CONF, render_service
 from recrunner.serving.server import INFERENCE_PATH, Server
-from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun
+from tests.conftest import REPO, recrun
 
 pytestmark = pytest.mark.slow
 ATOL = 1e-5  # the engine may be ONNX Runtime: equal to paddle.inference within 1e-5
-
-
-@pytest.fixture(scope="session")
-def export_dir(tmp_path_factory: pytest.TempPathFactory, synth_data: dict[str, str]) -> Path:
-    from recrunner.train.driver import train_local
-
-    out = tmp_path_factory.mktemp("serve_run")
-    cfg = load([*SMALL_MODEL, *data_overrides(synth_data), "runner.epochs=1",
-                f"runner.output_dir={out}"])
-    train_local(cfg)
-    return out / "export"
-
-
-@pytest.fixture(scope="session")
-def rows(synth_data: dict[str, str]) -> client.Labeled:
-    return client.read_labeled(synth_data["test"], 300)
-
-
-@pytest.fixture(scope="session")
-def offline(export_dir: Path, rows: client.Labeled) -> dict[str, np.ndarray]:
-    """What `recrun predict` computes: the export's preprocessing, then paddle.inference."""
-    model = load_export(export_dir)
-    batch = parse_block(row_format(model.schema, labeled=False),
-                        b"\n".join(rows.lines) + b"\n", "rows", 1, RowErrors("fail"))
-    return {"dense": batch.dense, "sparse": batch.sparse,
-            "probs": model.predict(batch.dense, batch.sparse)}
-
-
-@pytest.fixture(scope="session")
-def server(export_dir: Path) -> Any:
-    cfg = load(["serving.port=0", f"serving.model_dir={export_dir}",
-                "serving.max_body_bytes=2000000"])
-    srv = Server(cfg.serving, export_dir)
-    srv.start()
-    assert srv.wait_ready(120), srv.app.failed
-    yield srv
-    srv.stop(5)
 
 
 def call(srv: Server, method: str, path: str, body: bytes | None = None,

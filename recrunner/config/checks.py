@@ -1,6 +1,7 @@
 """Range checks for numeric config keys, run when the config is loaded (the dataclasses'
 __post_init__), so a nonsense value fails before any work with one line naming the key."""
 
+import re
 from typing import Any
 
 
@@ -31,3 +32,10 @@ def each_at_least(section: str, obj: Any, key: str, low: int) -> None:
     if not values or any(v < low for v in values):
         raise ValueError(f"{section}.{key}={list(values)} must be a non-empty list of values "
                          f"of at least {low}")
+
+
+def matches(section: str, obj: Any, key: str, pattern: str, what: str) -> None:
+    """The named key is None or matches `pattern` (whole string); `what` says what fits."""
+    value = getattr(obj, key)
+    if value is not None and not re.fullmatch(pattern, str(value)):
+        raise ValueError(f"{section}.{key}={value!r} must be {what}")

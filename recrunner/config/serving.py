@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from recrunner.config.checks import at_least, positive, within
+from recrunner.config.checks import at_least, matches, positive, within
 
 
 class ScaleMetric(StrEnum):
@@ -61,6 +61,13 @@ class ServingConfig:
     model_dir: str | None = None
     host: str = "127.0.0.1"
     port: int = 9292
+    # One gRPC server for every gRPC service (Paddle Serving's GeneralModelService, the Open
+    # Inference Protocol's GRPCInferenceService); null: serving.port + 1 (any free port when
+    # serving.port is 0).
+    grpc_port: int | None = None
+    # The model's name in the Open Inference Protocol (/v2/models/<name>); null: the export's
+    # model name (e.g. wide_deep).
+    model_name: str | None = None
     engine: EngineName = EngineName.auto
     # Math threads per predictor; 2 threads were slower than 1 on a 2-core machine.
     threads: int = 1
@@ -78,12 +85,25 @@ class ServingConfig:
     max_body_bytes: int = 16 * 1024 * 1024
     # Idle keep-alive connections (and slow senders) are closed after this many seconds.
     socket_timeout_s: float = 30.0
+    # A request's head and body must arrive within this many seconds of its first byte (a
+    # client sending a byte a second is answered 408 and closed).
+    read_timeout_s: float = 10.0
+    # Connections served at once; one more is answered 503 and closed.
+    max_connections: int = 512
+    # Poll the model directory every this many seconds and swap in a new export (0: only on
+    # POST /v2/repository/models/<name>/load or SIGHUP).
+    watch_interval_s: float = 2.0
     # SIGTERM: stop accepting, finish in-flight requests for at most this long, then exit.
     shutdown_timeout_s: float = 20.0
     k8s: ServingK8sConfig = field(default_factory=ServingK8sConfig)
 
     def __post_init__(self) -> None:
         at_least("serving", self, port=0, threads=1, workers=1, max_batch_rows=1,
-                 batch_wait_ms=0, max_queue_rows=1, max_body_bytes=1)
+                 batch_wait_ms=0, max_queue_rows=1, max_body_bytes=1, max_connections=1,
+                 watch_interval_s=0)
         within("serving", self, "port", 0, 65535)
-        positive("serving", self, "request_timeout_s", "socket_timeout_s", "shutdown_timeout_s")
+        within("serving", self, "grpc_port", 0, 65535)
+        matches("serving", self, "model_name", r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}",
+                "a name of letters, digits, '_', '.', '-' (it goes into URLs)")
+        positive("serving", self, "request_timeout_s", "socket_timeout_s", "shutdown_timeout_s",
+                 "read_timeout_s")

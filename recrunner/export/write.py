@@ -17,6 +17,7 @@ from recrunner.export.check import (
     probe_inputs,
 )
 from recrunner.export.engines import ONNX_FILE
+from recrunner.export.serving_conf import write_serving_conf
 from recrunner.export.spec import (
     DENSE_INPUT,
     META_FILE,
@@ -90,6 +91,7 @@ def save_export(net: Any, export_dir: str | Path, schema: Schema, model_name: st
                                        f"{export_dir}: {failed}")
             meta["check"] = {"tolerance": TOLERANCE, "probe_rows": len(expected),
                              "engines": results}
+            write_serving_conf(tmp, meta)  # Paddle Serving's clients read the export as it is
             # export.json last, with the checksums of the files it vouches for: without it
             # the directory is not an export.
             meta["files"] = manifest.describe(tmp, vouched_files(tmp))

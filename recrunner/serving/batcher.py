@@ -5,12 +5,16 @@ first queued chunk, add whatever else is queued (optionally waiting `wait_s` for
 `max_rows`, run one predictor call and hand each ticket its slice. Large requests are split
 into chunks of at most `max_rows`, so one big request cannot monopolise a call. Every wait is
 bounded: the queue by `max_queue_rows` (503), the answer by the caller's timeout.
+
+A request may name the model version's predict functions (`fns`, one per predictor thread): a
+batch merges only chunks of one version, so every reply comes from exactly one model while a
+new version is swapped in (recrunner.serving.repository).
 """
 
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +58,7 @@ class Chunk:
     start: int
     dense: np.ndarray
     sparse: np.ndarray
+    fns: Sequence[PredictFn] | None = None  # the model version; None: the batcher's own
 
     def __len__(self) -> int:
         return len(self.dense)
@@ -81,7 +86,7 @@ class MicroBatcher:
         self._queue: queue.SimpleQueue[Chunk | None] = queue.SimpleQueue()
         self._queued_rows = 0
         self._queued_lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._work, args=(fn,), daemon=True,
+        self._threads = [threading.Thread(target=self._work, args=(i, fn), daemon=True,
                                           name=f"predictor-{i}")
                          for i, fn in enumerate(predict_fns)]
         for t in self._threads:
@@ -91,8 +96,10 @@ class MicroBatcher:
     def queued_rows(self) -> int:
         return self._queued_rows
 
-    def predict(self, dense: np.ndarray, sparse: np.ndarray, timeout_s: float) -> np.ndarray:
-        """Probabilities for the rows, in order; raises Overloaded or TimedOut."""
+    def predict(self, dense: np.ndarray, sparse: np.ndarray, timeout_s: float,
+                fns: Sequence[PredictFn] | None = None) -> np.ndarray:
+        """Probabilities for the rows, in order, computed by `fns` (one per predictor
+        thread; default: the batcher's own); raises Overloaded or TimedOut."""
         n = len(dense)
         if n == 0:
             return np.empty(0, np.float32)
@@ -105,7 +112,7 @@ class MicroBatcher:
             self._queued_rows += n
         for s in starts:
             self._queue.put(Chunk(ticket, s, dense[s:s + self.max_rows],
-                                  sparse[s:s + self.max_rows]))
+                                  sparse[s:s + self.max_rows], fns))
         if not ticket.done.wait(timeout_s):
             # Chunks still queued are computed and dropped; the caller is answered now.
             raise TimedOut(f"no answer within serving.request_timeout_s={timeout_s:g}")
@@ -136,13 +143,13 @@ class MicroBatcher:
                 break
             if item is None:
                 return batch, None, True
-            if rows + len(item) > self.max_rows:
+            if rows + len(item) > self.max_rows or item.fns is not first.fns:
                 return batch, item, False
             batch.append(item)
             rows += len(item)
         return batch, None, False
 
-    def _work(self, predict: PredictFn) -> None:
+    def _work(self, index: int, own: PredictFn) -> None:
         carry: Chunk | None = None
         stop = False
         while not stop or carry is not None:
@@ -151,6 +158,7 @@ class MicroBatcher:
                 return
             batch, carry, stop = self._take(first)
             rows = sum(len(c) for c in batch)
+            predict = own if first.fns is None else first.fns[index]
             t0 = time.perf_counter()
             try:
                 if len(batch) == 1:

@@ -6,6 +6,7 @@ numbers are the server's (plus loopback), not the client's JSON encoding.
 
 import http.client
 import itertools
+import json
 import threading
 import time
 import urllib.parse
@@ -18,7 +19,7 @@ import numpy as np
 
 from recrunner.errors import RecrunnerError
 from recrunner.serving import protocol
-from recrunner.serving.server import INFERENCE_PATH
+from recrunner.serving.paddle_serving import INFERENCE_PATH
 
 
 @dataclass
@@ -57,6 +58,7 @@ class Request:
     body: bytes
     content_type: str
     rows: int
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def predict_request(lines: Sequence[bytes]) -> Request:
@@ -81,7 +83,46 @@ def tensor_request(dense: np.ndarray, sparse: np.ndarray, endpoint: str,
                    "application/json", n)
 
 
+def proto_request(dense: np.ndarray, sparse: np.ndarray) -> Request:
+    """Paddle Serving's protobuf `Request` (its HttpClient's default encoding)."""
+    from recrunner.serving.proto import paddle_serving_pb2 as pb
+
+    n = len(dense)
+    msg = pb.Request(tensor=[
+        pb.Tensor(name="dense", alias_name="dense", elem_type=protocol.FLOAT32,
+                  shape=[n, dense.shape[1]], float_data=dense.ravel().tolist()),
+        pb.Tensor(name="sparse_ids", alias_name="sparse_ids", elem_type=protocol.INT64,
+                  shape=[n, sparse.shape[1]], int64_data=sparse.ravel().tolist())],
+        fetch_var_names=["prob"])
+    return Request(INFERENCE_PATH, msg.SerializeToString(), "application/proto", n)
+
+
+def v2_request(model: str, dense: np.ndarray, sparse: np.ndarray) -> Request:
+    """An Open Inference Protocol request with binary tensors (tritonclient's default)."""
+    head = protocol.dumps({
+        "inputs": [{"name": "dense", "datatype": "FP32", "shape": list(dense.shape),
+                    "parameters": {"binary_data_size": dense.nbytes}},
+                   {"name": "sparse_ids", "datatype": "INT64", "shape": list(sparse.shape),
+                    "parameters": {"binary_data_size": sparse.nbytes}}],
+        "parameters": {"binary_data_output": True}})
+    body = head + np.ascontiguousarray(dense, "<f4").tobytes() + \
+        np.ascontiguousarray(sparse, "<i8").tobytes()
+    return Request(f"/v2/models/{model}/infer", body, "application/octet-stream", len(dense),
+                   {"Inference-Header-Content-Length": str(len(head))})
+
+
 def probabilities(endpoint: str, reply: bytes) -> np.ndarray:
+    if endpoint == "proto":
+        from recrunner.serving.proto import paddle_serving_pb2 as pb
+
+        return np.asarray(pb.Response.FromString(reply).outputs[0].tensor[0].float_data,
+                          np.float32)
+    if endpoint == "v2":
+        # The JSON header, then (binary outputs) the raw float32 probabilities.
+        head, end = json.JSONDecoder().raw_decode(reply.decode("latin-1"))
+        if end < len(reply):
+            return np.frombuffer(reply[end:], "<f4")
+        return np.asarray(head["outputs"][0]["data"], np.float32).reshape(-1)
     obj = protocol.loads(reply)
     if endpoint == "inference":
         return np.asarray(obj["outputs"][0]["tensor"][0]["float_data"], np.float32)
@@ -136,7 +177,8 @@ def run_load(url: str, requests: Sequence[Request], iterations: int, warmup: int
                 req = requests[i % len(requests)]
                 t0 = time.perf_counter()
                 try:
-                    conn.request("POST", req.path, req.body, {"Content-Type": req.content_type})
+                    conn.request("POST", req.path, req.body,
+                                 {"Content-Type": req.content_type, **req.headers})
                     resp = conn.getresponse()
                     data = resp.read()
                     status = resp.status
@@ -168,6 +210,82 @@ def run_load(url: str, requests: Sequence[Request], iterations: int, warmup: int
         if total <= 0:
             continue
         jobs = itertools.count()  # next() on a count is atomic under the GIL
+        threads = [threading.Thread(target=client, args=(jobs, total, measured), daemon=True)
+                   for _ in range(concurrency)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if measured:
+            result.wall_s = time.perf_counter() - t0
+    return result
+
+
+@dataclass
+class GrpcCall:
+    method: str  # /package.Service/Method
+    body: bytes  # the serialized request
+    rows: int
+
+
+def paddle_grpc_call(dense: np.ndarray, sparse: np.ndarray) -> GrpcCall:
+    from recrunner.serving.paddle_serving import GRPC_SERVICE
+
+    return GrpcCall(f"/{GRPC_SERVICE}/inference", proto_request(dense, sparse).body, len(dense))
+
+
+def v2_grpc_call(model: str, dense: np.ndarray, sparse: np.ndarray) -> GrpcCall:
+    from recrunner.serving.open_inference import GRPC_SERVICE
+    from recrunner.serving.proto import open_inference_pb2 as pb
+
+    tensor = pb.ModelInferRequest.InferInputTensor
+    msg = pb.ModelInferRequest(
+        model_name=model,
+        inputs=[tensor(name="dense", datatype="FP32", shape=list(dense.shape)),
+                tensor(name="sparse_ids", datatype="INT64", shape=list(sparse.shape))],
+        raw_input_contents=[np.ascontiguousarray(dense, "<f4").tobytes(),
+                            np.ascontiguousarray(sparse, "<i8").tobytes()])
+    return GrpcCall(f"/{GRPC_SERVICE}/ModelInfer", msg.SerializeToString(), len(dense))
+
+
+def run_grpc_load(target: str, calls: Sequence[GrpcCall], iterations: int, warmup: int = 0,
+                  concurrency: int = 1, timeout_s: float = 30.0) -> LoadResult:
+    """run_load's gRPC twin: one channel per client thread, serialized requests prepared."""
+    import grpc
+
+    result = LoadResult()
+    lock = threading.Lock()
+
+    def client(jobs: "itertools.count[int]", total: int, measured: bool) -> None:
+        with grpc.insecure_channel(target) as channel:
+            stubs = {c.method: channel.unary_unary(c.method) for c in calls}
+            for i in jobs:
+                if i >= total:
+                    return
+                call = calls[i % len(calls)]
+                t0 = time.perf_counter()
+                try:
+                    stubs[call.method](call.body, timeout=timeout_s)
+                    status, error = 0, None
+                except grpc.RpcError as exc:
+                    status, error = exc.code().value[0], f"{exc.code()}: {exc.details()}"
+                elapsed = time.perf_counter() - t0
+                if not measured:
+                    continue
+                with lock:
+                    result.latencies_s.append(elapsed)
+                    result.status_counts[status] = result.status_counts.get(status, 0) + 1
+                    if error is None:
+                        result.rows += call.rows
+                    else:
+                        result.errors += 1
+                        result.first_error = result.first_error or error
+
+    for total, measured in ((warmup, False), (iterations, True)):
+        if total <= 0:
+            continue
+        jobs = itertools.count()
         threads = [threading.Thread(target=client, args=(jobs, total, measured), daemon=True)
                    for _ in range(concurrency)]
         t0 = time.perf_counter()

@@ -19,39 +19,14 @@ import yaml
 from recrunner import atomic
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
-from recrunner.export import (
-    DENSE_INPUT,
-    META_FILE,
-    MODEL_PREFIX,
-    OUTPUT,
-    PROBE_FILE,
-    SPARSE_INPUT,
-)
+from recrunner.export import META_FILE, MODEL_PREFIX, PROBE_FILE
+from recrunner.export.serving_conf import CLIENT_CONF, SERVER_CONF, write_serving_conf
 from recrunner.k8s.kinds import SERVING_API
 from recrunner.k8s.validate import validate_documents
-from recrunner.serving.protocol import FLOAT32, INT64
 
 KIND = "PaddleService"
-SERVER_CONF = "serving_server_conf.prototxt"
-CLIENT_CONF = "serving_client_conf.prototxt"
 BUNDLE = "serving_bundle.tar.gz"
 POD_MODEL_DIR = "/models/bundle"
-# (name, type code, shape without the batch dimension)
-FETCH_VARS = ((OUTPUT, FLOAT32, 1),)
-
-
-def prototxt(meta: dict[str, Any]) -> str:
-    """Feed/fetch vars in Paddle Serving's GeneralModelConfig text format (server = client),
-    with the export's input widths."""
-    widths = {i["name"]: i["shape"][1] for i in meta["inputs"]}
-    feed_vars = ((DENSE_INPUT, FLOAT32, widths[DENSE_INPUT]),
-                 (SPARSE_INPUT, INT64, widths[SPARSE_INPUT]))
-    parts = []
-    for kind, vars_ in (("feed", feed_vars), ("fetch", FETCH_VARS)):
-        for name, code, width in vars_:
-            parts.append(f'{kind}_var {{\n  name: "{name}"\n  alias_name: "{name}"\n'
-                         f"  is_lod_tensor: false\n  {kind}_type: {code}\n  shape: {width}\n}}\n")
-    return "".join(parts)
 
 
 def write_bundle(model_dir: Path) -> Path:
@@ -59,9 +34,8 @@ def write_bundle(model_dir: Path) -> Path:
     if not (model_dir / META_FILE).is_file():
         raise RecrunnerError(f"{model_dir} is not a recrunner export (no {META_FILE}); train "
                              "first, or set serving.model_dir / runner.output_dir")
-    text = prototxt(json.loads((model_dir / META_FILE).read_text()))
-    for name in (SERVER_CONF, CLIENT_CONF):
-        atomic.write_text(model_dir / name, text, "bundle")
+    # Exports carry them since they are written; an older export gets them here.
+    write_serving_conf(model_dir, json.loads((model_dir / META_FILE).read_text()))
     tar_path = model_dir.parent / BUNDLE
     with atomic.writing(tar_path, "bundle") as tmp, tarfile.open(tmp, "w:gz") as tar:
         for name in (f"{MODEL_PREFIX}.json", f"{MODEL_PREFIX}.pdiparams", META_FILE, SERVER_CONF,

@@ -1,4 +1,4 @@
-"""Request parsing and replies for the three prediction endpoints.
+"""Request parsing and replies of Paddle Serving's JSON endpoints and /predict's raw rows.
 
 Everything a client can get wrong raises BadRequest with an HTTP status and a one-line reason;
 arrays reaching the predictor always have the export's dtypes, shapes and id range.
@@ -6,6 +6,7 @@ arrays reaching the predictor always have the export's dtypes, shapes and id ran
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -93,6 +94,8 @@ def parse_json(body: bytes) -> Any:
 
 def _numbers(values: Any, what: str, integer: bool) -> np.ndarray:
     """A flat list of JSON numbers as an array, rejecting strings, nulls, bools, nesting."""
+    if isinstance(values, np.ndarray):  # decoded from a typed encoding (protobuf, raw bytes)
+        return values
     if not isinstance(values, list):
         raise BadRequest(f"{what} must be a list of numbers, got {type(values).__name__}")
     try:
@@ -147,41 +150,65 @@ class InferenceRequest:
     log_id: int
 
 
+@dataclass
+class FeedTensor:
+    """One feed tensor as a client sent it (a JSON object or a protobuf message), unchecked."""
+
+    name: Any
+    alias_name: Any
+    elem_type: Any
+    shape: Any
+    # Data field ("float_data", ...) -> values; None when the client left the field out.
+    values: Callable[[str], Any]
+
+
 def parse_inference(model: Model, body: bytes) -> InferenceRequest:
     req = parse_json(body)
     if not isinstance(req, dict):
         raise BadRequest("body must be a JSON object with a 'tensor' list")
-    log_id = req.get("log_id", 0)
-    if not isinstance(log_id, int) or isinstance(log_id, bool):
-        raise BadRequest("log_id must be an integer")
     tensors = req.get("tensor")
     if not isinstance(tensors, list) or not tensors:
         raise BadRequest("'tensor' must be a non-empty list of feed tensors")
-    arrays: dict[str, np.ndarray] = {}
+    feed = []
     for i, t in enumerate(tensors):
         if not isinstance(t, dict):
             raise BadRequest(f"tensor[{i}] must be an object")
+        feed.append(FeedTensor(t.get("name"), t.get("alias_name"), t.get("elem_type"),
+                               t.get("shape"), t.get))
+    return inference_request(model, feed, req.get("fetch_var_names"), req.get("log_id", 0))
+
+
+def inference_request(model: Model, tensors: list[FeedTensor], fetch_names: Any,
+                      log_id: Any) -> InferenceRequest:
+    """The checks of Paddle Serving's `Request`, whichever encoding it came in."""
+    if not isinstance(log_id, int) or isinstance(log_id, bool):
+        raise BadRequest("log_id must be an integer")
+    if not tensors:
+        raise BadRequest("'tensor' must be a non-empty list of feed tensors")
+    arrays: dict[str, np.ndarray] = {}
+    for i, t in enumerate(tensors):
         # Clients send the feed's alias_name (serving_client_conf) and its name; accept either.
-        name = next((n for n in (t.get("alias_name"), t.get("name"))
+        name = next((n for n in (t.alias_name, t.name)
                      if isinstance(n, str) and n in model.feeds), None)  # a list: unhashable
         if name is None:
-            given = t.get("alias_name") or t.get("name")
+            given = t.alias_name or t.name
             raise BadRequest(f"tensor[{i}]: unknown feed var {given!r} (expected "
                              f"{', '.join(model.feeds)})")
         if name in arrays:
             raise BadRequest(f"feed var {name!r} given twice")
         width, want_type = model.feeds[name]
-        elem_type = t.get("elem_type")
+        elem_type = t.elem_type
         allowed = (INT64, INT32) if want_type == INT64 else (FLOAT32,)
         if elem_type not in allowed:
             names = {INT64: "0 (int64)", INT32: "2 (int32)", FLOAT32: "1 (float32)"}
             raise BadRequest(f"{name}: elem_type {elem_type!r} not accepted; use "
                              f"{' or '.join(names[a] for a in allowed)}")
         field = DATA_FIELD[cast(int, elem_type)]  # one of `allowed` by now
-        if field not in t:
+        values = t.values(field)
+        if values is None:
             raise BadRequest(f"{name}: elem_type {elem_type} needs its values in {field!r}")
-        data = _numbers(t[field], f"{name}.{field}", integer=elem_type != FLOAT32)
-        shape = t.get("shape")
+        data = _numbers(values, f"{name}.{field}", integer=elem_type != FLOAT32)
+        shape = t.shape
         if (not isinstance(shape, list) or len(shape) != 2
                 or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape)
                 or shape[1] != width or shape[0] < 1):
@@ -199,7 +226,7 @@ def parse_inference(model: Model, body: bytes) -> InferenceRequest:
         raise BadRequest(f"batch sizes differ: {DENSE_INPUT} {len(dense)}, "
                          f"{SPARSE_INPUT} {len(sparse)}")
     dense, sparse = check_arrays(model, dense, sparse)
-    fetch = _fetch_names(model, req.get("fetch_var_names"), "fetch_var_names")
+    fetch = _fetch_names(model, fetch_names, "fetch_var_names")
     return InferenceRequest(dense, sparse, fetch, log_id)
 
 
@@ -215,7 +242,7 @@ def inference_error(reason: str, status: int, body: bytes | None = None) -> dict
     if body:
         try:  # echo the client's log_id when the body got that far
             found = loads(body).get("log_id", 0)
-            log_id = found if isinstance(found, int) else 0
+            log_id = found if isinstance(found, int) and not isinstance(found, bool) else 0
         except Exception:
             pass
     return {"outputs": [], "err_no": status, "err_msg": reason, "log_id": log_id,

@@ -1,99 +1,112 @@
-"""`recrun serve`: the HTTP server.
+"""`recrun serve`: the server, assembled as KServe's model server is.
 
-Stdlib ThreadingHTTPServer (one thread per connection, HTTP/1.1 keep-alive); the request
-threads parse and validate, the MicroBatcher's predictor threads run the model (Paddle releases
-the GIL while it computes, so parsing overlaps with prediction). Measured against the targets
-in benchmarks/bench_serving.py; see README.md in this directory.
+- transports: HTTP (http_server.py) on serving.port and one gRPC server (grpc_server.py) on
+  serving.grpc_port for every gRPC service;
+- the data plane (dataplane.py): the current model, checked arrays -> probabilities through
+  the micro-batcher; no protocol in it;
+- one endpoints class per protocol, bound on the router (router.py) to the rows of the one
+  route table (routes.py, which also generates GET /openapi.json): Paddle Serving
+  (paddle_serving.py), the Open Inference Protocol (open_inference.py), raw rows
+  (raw_rows.py), and the operational ones below (/healthz, /livez, /metrics, /openapi.json,
+  POST /v2/repository/models/<name>/load);
+- the model repository (repository.py): the model being served, new exports swapped in by
+  the directory watcher, the load endpoint or SIGHUP; every request takes the model once
+  (dataplane.take) and its reply names the version (X-Model-Version, gRPC trailing metadata);
+- limits (limits.py): bounded connections and read deadlines on the HTTP transport.
 """
 
+import contextlib
 import logging
-import socket
-import sys
 import threading
 import time
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from recrunner.config.serving import ServingConfig
 from recrunner.errors import RecrunnerError
-from recrunner.export import META_FILE, OUTPUT
-from recrunner.serving import protocol
-from recrunner.serving.batcher import MicroBatcher, Overloaded, TimedOut
-from recrunner.serving.combine import Combiner
-from recrunner.serving.metrics import Metrics
-from recrunner.serving.protocol import BadRequest
+from recrunner.export import META_FILE
+from recrunner.serving import protocol, routes
+from recrunner.serving.batcher import MicroBatcher
+from recrunner.serving.dataplane import DataPlane, error_status
+from recrunner.serving.grpc_server import GrpcServer, Servicer
+from recrunner.serving.http_server import Handler, HTTPServer
+from recrunner.serving.limits import ConnectionSlots, Deadlines
+from recrunner.serving.metrics import PREFIX, Metrics
+from recrunner.serving.open_inference import InferenceServicer, OpenInferenceEndpoints
+from recrunner.serving.paddle_serving import (
+    INFERENCE_PATH,
+    GeneralModelServicer,
+    PaddleServingEndpoints,
+)
+from recrunner.serving.raw_rows import RawRowsEndpoints
+from recrunner.serving.repository import LoadRefused, ModelRepository
+from recrunner.serving.router import Reply, Request, Router, json_reply
 
 log = logging.getLogger(__name__)
-JSON = "application/json"
-INFERENCE_PATH = "/GeneralModelService/inference"
-
-
-@dataclass
-class Reply:
-    status: int
-    body: bytes
-    content_type: str = JSON
-    rows: int = 0
-
-
-def json_reply(status: int, obj: Any, rows: int = 0) -> Reply:
-    return Reply(status, protocol.dumps(obj), JSON, rows)
-
-
-def endpoint_of(path: str) -> str:
-    if path == INFERENCE_PATH:
-        return "inference"
-    if path == "/predict":
-        return "predict"
-    if path in ("/healthz", "/livez", "/metrics"):
-        return path[1:]
-    parts = path.strip("/").split("/")
-    if len(parts) == 2 and parts[1] == "prediction" and parts[0]:
-        return "prediction"
-    return "other"
+__all__ = ["INFERENCE_PATH", "Server", "ServingApp"]
 
 
 class ServingApp:
-    """Endpoints, independent of the HTTP layer: (method, path, body) -> Reply."""
+    """The HTTP endpoints, independent of the HTTP server: Request -> (endpoint, Reply)."""
 
     def __init__(self, cfg: ServingConfig, model_dir: Path) -> None:
         self.cfg = cfg
         self.model_dir = model_dir
+        self.plane = DataPlane(cfg, model_dir)
         self.metrics = Metrics()
-        self.ready = threading.Event()
-        self.failed: str | None = None
-        self.draining = False
-        self.batcher: MicroBatcher | None = None
-        self.engine = ""
-        self.engine_note = ""  # why this engine: its check against the export's probe
-        self.parser = Combiner(protocol.parse_many, cfg.max_batch_rows)
-        self.model: protocol.Model | None = None
+        self.router = Router()
+        self.router.bind("healthz", lambda r, p: self.health())
+        self.router.bind("livez", lambda r, p: json_reply(200, {"status": "alive"}))
+        self.router.bind("metrics", lambda r, p: Reply(
+            200, self.render_metrics().encode(), "text/plain; version=0.0.4; charset=utf-8"))
+        self.router.bind("openapi", lambda r, p: json_reply(200, routes.document()))
+        self.router.bind("load", lambda r, p: self.reload(p["name"]))
+        for endpoints in (PaddleServingEndpoints(self.plane), RawRowsEndpoints(self.plane),
+                          OpenInferenceEndpoints(self.plane)):
+            endpoints.register(self.router)
+        self.router.check()
+        self.servicers: list[Servicer] = [GeneralModelServicer(self.plane),
+                                          InferenceServicer(self.plane)]
         self._inflight = 0
         self._idle = threading.Condition()
+        self.connections: ConnectionSlots | None = None  # set by the Server
+        self.deadlines: Deadlines | None = None
 
-    # --- lifecycle -------------------------------------------------------------------------
+    # --- what the model is (through the data plane) -----------------------------------------
+
+    @property
+    def draining(self) -> bool:
+        return self.plane.draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self.plane.draining = value
+
+    @property
+    def ready(self) -> threading.Event:
+        return self.plane.ready
+
+    @property
+    def failed(self) -> str | None:
+        return self.plane.failed
+
+    @property
+    def repo(self) -> ModelRepository:
+        return self.plane.repo
+
+    @property
+    def model(self) -> protocol.Model | None:
+        """The request spec of the model being served now."""
+        loaded = self.plane.loaded
+        return loaded.spec if loaded else None
+
+    @property
+    def batcher(self) -> MicroBatcher | None:
+        return self.plane.batcher
 
     def load(self) -> None:
-        """Load the export and start the predictor threads; readiness follows."""
-        from recrunner.serving.engine import load_engine
+        self.plane.load()
 
-        try:
-            engine = load_engine(self.model_dir, str(self.cfg.engine), self.cfg.threads,
-                                 max(1, self.cfg.workers))
-            exported = engine.exported
-            names = (OUTPUT, *exported.predictor.get_output_names())
-            self.model = protocol.Model(exported.schema, names)
-            self.engine, self.engine_note = engine.name, engine.note
-            self.batcher = MicroBatcher(engine.predict_fns, self.cfg.max_batch_rows,
-                                        self.cfg.batch_wait_ms / 1000, self.cfg.max_queue_rows)
-        except Exception as exc:
-            self.failed = f"cannot load {self.model_dir}: {exc}"
-            raise
-        self.ready.set()
+    # --- in-flight requests (both transports) ------------------------------------------------
 
     def begin(self) -> None:
         with self._idle:
@@ -114,211 +127,98 @@ class ServingApp:
     def inflight(self) -> int:
         return self._inflight
 
-    # --- routing ---------------------------------------------------------------------------
+    # --- routing -----------------------------------------------------------------------------
 
-    def handle(self, method: str, path: str, content_type: str, body: bytes) -> Reply:
-        endpoint = endpoint_of(path)
-        if method == "GET":
-            if endpoint == "healthz":
-                return self.health()
-            if endpoint == "livez":
-                return json_reply(200, {"status": "alive"})
-            if endpoint == "metrics":
-                return Reply(200, self.render_metrics().encode(),
-                             "text/plain; version=0.0.4; charset=utf-8")
-            if endpoint == "other":
-                return json_reply(404, {"error": f"no such path {path}"})
-            return json_reply(405, {"error": f"{path} takes POST"})
-        if endpoint in ("healthz", "livez", "metrics"):
-            return json_reply(405, {"error": f"{path} takes GET"})
-        if endpoint == "other":
-            return json_reply(404, {"error": f"no such path {path} (POST {INFERENCE_PATH}, "
-                                             "/<name>/prediction or /predict)"})
-        if not self.ready.is_set() or self.model is None or self.batcher is None:
-            return self.error(endpoint, 503, "model not loaded yet", body)
+    def handle(self, request: Request) -> tuple[str, Reply]:
+        bound = self.router.find(request.path)
+        if bound is None:
+            return "other", json_reply(404, {"error": f"no such path {request.path} (POST "
+                                                      f"{INFERENCE_PATH}, /<name>/prediction, "
+                                                      "/predict, /v2/models/<name>/infer; GET "
+                                                      "/openapi.json lists them)"})
+        route = bound.route
+        if request.method not in route.methods:
+            reply = json_reply(405, {"error": f"{request.path} takes "
+                                              f"{' or '.join(route.methods)}"})
+            reply.headers["Allow"] = ", ".join(route.methods)
+            return route.endpoint, reply
         try:
-            if endpoint == "inference":
-                req = protocol.parse_inference(self.model, body)
-                probs = self.predict(req.dense, req.sparse)
-                return json_reply(200, protocol.inference_reply(req, probs), len(probs))
-            if endpoint == "prediction":
-                preq = protocol.parse_prediction(self.model, body)
-                probs = self.predict(preq.dense, preq.sparse)
-                return json_reply(200, protocol.prediction_reply(preq, probs), len(probs))
-            is_json = "json" in content_type or (not content_type and body[:1] in (b"[", b"{"))
-            rows = protocol.prepare_raw(self.model, body, is_json)
-            if len(rows.lines) >= self.cfg.max_batch_rows:
-                dense, sparse = protocol.parse_alone(rows)
-            else:
-                dense, sparse = self.parser.submit(rows, len(rows.lines),
-                                                   self.cfg.request_timeout_s)
-            probs = self.predict(dense, sparse)
-            return json_reply(200, {"predictions": probs}, len(probs))
-        except BadRequest as exc:
-            return self.error(endpoint, exc.status, exc.reason, body)
-        except (Overloaded, TimedOut) as exc:
-            return self.error(endpoint, 503, str(exc), body)
-        except Exception as exc:  # a bug or a predictor failure: 500, and keep serving
-            log.exception("%s %s failed", method, path)
-            return self.error(endpoint, 500, f"internal error: {type(exc).__name__}: {exc}",
-                              body)
+            reply = bound.handler(request, bound.params)
+        except Exception as exc:
+            known = error_status(exc)
+            if known is None:  # a bug or a predictor failure: 500, and keep serving
+                log.exception("%s %s failed", request.method, request.path)
+                known = (500, f"internal error: {type(exc).__name__}: {exc}")
+            status, reason = known
+            reply = bound.on_error(request, status, " ".join(reason.split()))
+        model = request.call.model
+        if model is not None:  # the one version that computed this reply
+            reply.headers[routes.VERSION_HEADER] = model.version
+        return route.endpoint, reply
 
-    def predict(self, dense: np.ndarray, sparse: np.ndarray) -> np.ndarray:
-        assert self.batcher is not None
-        return self.batcher.predict(dense, sparse, self.cfg.request_timeout_s)
+    def reload(self, name: str) -> Reply:
+        """POST /v2/repository/models/<name>/load: swap in the export now in model_dir."""
+        current = self.plane.loaded
+        if current is None or not self.ready.is_set():
+            return json_reply(503, {"error": "model not loaded yet"})
+        if name != current.name:
+            return json_reply(404, {"error": f"no model {name!r} (this server has "
+                                             f"{current.name!r})"})
+        try:
+            result = self.repo.reload("load request")
+        except LoadRefused as exc:
+            return json_reply(409, {"error": f"refused, still serving version "
+                                             f"{current.version}: {exc}"})
+        return json_reply(200, {"name": current.name, "version": result.version,
+                                "swapped": result.swapped, "message": result.message})
 
-    def error(self, endpoint: str, status: int, reason: str, body: bytes | None = None) -> Reply:
-        reason = " ".join(reason.split())  # always one line
-        if endpoint == "inference":
-            return json_reply(status, protocol.inference_error(reason, status, body))
-        return json_reply(status, {"error": reason})
+    def error(self, request: Request, status: int, reason: str) -> tuple[str, Reply]:
+        """A transport error (length, size, encoding) in the wording of the path's protocol."""
+        endpoint, on_error = self.router.on_error(request.path)
+        return endpoint, on_error(request, status, " ".join(reason.split()))
 
     def health(self) -> Reply:
         if self.draining:
             return json_reply(503, {"status": "draining"})
         if self.failed:
             return json_reply(503, {"status": "failed", "error": self.failed})
-        if not self.ready.is_set():
+        loaded = self.plane.loaded
+        if not self.ready.is_set() or loaded is None:
             return json_reply(503, {"status": "loading"})
         return json_reply(200, {"status": "ready", "model_dir": str(self.model_dir),
-                                "engine": self.engine, "engine_note": self.engine_note})
+                                "model": loaded.name, "engine": loaded.engine.name,
+                                "engine_note": loaded.engine.note, **self.repo.status()})
 
     def render_metrics(self) -> str:
+        batcher = self.batcher
         gauges = {
             "ready": ("1 when the model is loaded and the server is not draining.",
                       float(self.ready.is_set() and not self.draining)),
             "inflight_requests": ("Requests being handled now.", float(self._inflight)),
             "queued_rows": ("Rows waiting for the predictor.",
-                            float(self.batcher.queued_rows if self.batcher else 0)),
+                            float(batcher.queued_rows if batcher else 0)),
         }
         counters: dict[str, tuple[str, float]] = {}
-        if self.batcher is not None:
-            s = self.batcher.stats
+        if batcher is not None:
+            s = batcher.stats
             with s.lock:
                 counters = {
                     "predictor_batches_total": ("Predictor calls (micro-batches).", s.batches),
                     "predictor_rows_total": ("Rows through the predictor.", s.rows),
                     "predictor_seconds_total": ("Seconds spent in predictor calls.", s.seconds),
                 }
-        return self.metrics.render(gauges, counters)
-
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "recrun-serve"
-    sys_version = ""
-    app: ServingApp  # set on the subclass made per server
-
-    def setup(self) -> None:
-        super().setup()
-        # One write per reply plus no Nagle: no 40 ms delayed-ACK stalls on keep-alive.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        pass  # per-request lines would cost more than the request; /metrics has the counts
-
-    def do_GET(self) -> None:
-        self._serve(read_body=False)
-
-    def do_POST(self) -> None:
-        self._serve(read_body=True)
-
-    def do_PUT(self) -> None:
-        self._serve(read_body=True)
-
-    def do_DELETE(self) -> None:
-        self._serve(read_body=False)
-
-    def _serve(self, read_body: bool) -> None:
-        app = self.app
-        app.begin()
-        t0 = time.perf_counter()
-        path = self.path.split("?", 1)[0]
-        endpoint = endpoint_of(path)
-        try:
-            reply = self._reply(app, path, endpoint, read_body)
-            if reply is None:  # the client went away or stalled
-                self.close_connection = True
-                return
-            if app.draining:
-                self.close_connection = True
-            # Counted before the reply goes out: a client that reads /metrics next sees it.
-            app.metrics.observe(endpoint, reply.status, time.perf_counter() - t0, reply.rows)
-            self._write(reply)
-            if self._discard:
-                self._linger(self._discard)
-        except OSError:
-            self.close_connection = True
-        finally:
-            app.end()
-
-    _discard = 0
-
-    def _linger(self, length: int) -> None:
-        """Read and drop an over-limit body for a moment, so the client (which is usually
-        still sending) reads our 413 instead of a connection reset."""
-        deadline = time.monotonic() + 2.0
-        left = min(length, 4 * self.app.cfg.max_body_bytes)
-        try:
-            self.connection.settimeout(0.5)
-            while left > 0 and time.monotonic() < deadline:
-                chunk = self.rfile.read1(min(left, 1 << 16))
-                if not chunk:
-                    break
-                left -= len(chunk)
-        except OSError:
-            pass
-
-    def _reply(self, app: ServingApp, path: str, endpoint: str, read_body: bool) -> Reply | None:
-        body = b""
-        if read_body:
-            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-                self.close_connection = True
-                return app.error(endpoint, 411, "send a Content-Length (chunked bodies are "
-                                                "not accepted)")
-            length_text = self.headers.get("Content-Length")
-            if length_text is None:
-                self.close_connection = True
-                return app.error(endpoint, 411, "Content-Length required")
-            try:
-                length = int(length_text)
-                if length < 0:
-                    raise ValueError
-            except ValueError:
-                self.close_connection = True
-                return app.error(endpoint, 400, f"bad Content-Length {length_text!r}")
-            if length > app.cfg.max_body_bytes:
-                self.close_connection = True  # the unread body would be parsed as a request
-                self._discard = length
-                return app.error(endpoint, 413, f"body of {length} bytes is over "
-                                                f"serving.max_body_bytes={app.cfg.max_body_bytes}")
-            try:
-                body = self.rfile.read(length)
-            except (TimeoutError, OSError):
-                return None
-            if len(body) != length:
-                return None
-        content_type = self.headers.get("Content-Type", "").lower()
-        return app.handle(self.command, path, content_type, body)
-
-    def _write(self, reply: Reply) -> None:
-        head = (f"HTTP/1.1 {reply.status} {self.responses.get(reply.status, ('',))[0]}\r\n"
-                f"Content-Type: {reply.content_type}\r\n"
-                f"Content-Length: {len(reply.body)}\r\n")
-        if self.close_connection:
-            head += "Connection: close\r\n"
-        self.wfile.write(head.encode("latin-1") + b"\r\n" + reply.body)
-
-
-class HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256  # 8+ clients connecting at once must not hit SYN retries
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        exc = sys.exc_info()[1]
-        if isinstance(exc, OSError):  # resets and timeouts are the client's business
-            return
-        super().handle_error(request, client_address)
+        if self.connections is not None:
+            gauges["open_connections"] = ("Client connections open now.",
+                                          float(self.connections.open))
+            counters["rejected_connections_total"] = (
+                "Connections refused with 503 at serving.max_connections.",
+                float(self.connections.rejected))
+        if self.deadlines is not None:
+            counters["read_timeouts_total"] = (
+                "Requests cut off after serving.read_timeout_s (408).",
+                float(self.deadlines.expired_total))
+        text = self.metrics.render(gauges, counters)
+        return text + "\n".join(self.repo.metric_lines(PREFIX)) + "\n"
 
 
 class Server:
@@ -332,7 +232,9 @@ class Server:
                                  "train first, or set serving.model_dir / runner.output_dir")
         self.app = ServingApp(cfg, self.model_dir)
         self.httpd: HTTPServer | None = None
+        self.grpc: GrpcServer | None = None
         self._threads: list[threading.Thread] = []
+        self._stop_watching = threading.Event()
         self.load_error: BaseException | None = None
 
     @property
@@ -341,9 +243,21 @@ class Server:
         return int(self.httpd.server_address[1])
 
     @property
+    def grpc_port(self) -> int:
+        assert self.grpc is not None
+        return self.grpc.port
+
+    @property
+    def host(self) -> str:
+        return self.cfg.host if self.cfg.host not in ("0.0.0.0", "", "::") else "127.0.0.1"
+
+    @property
     def url(self) -> str:
-        host = self.cfg.host if self.cfg.host not in ("0.0.0.0", "", "::") else "127.0.0.1"
-        return f"http://{host}:{self.port}"
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def grpc_target(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
 
     def start(self, load_in_background: bool = True) -> None:
         handler = type("BoundHandler", (Handler,), {"app": self.app,
@@ -354,6 +268,19 @@ class Server:
             raise RecrunnerError(f"cannot listen on {self.cfg.host}:{self.cfg.port}: "
                                  f"{exc.strerror or exc} (set serving.port / serving.host)"
                                  ) from exc
+        self.httpd.slots = self.app.connections = ConnectionSlots(self.cfg.max_connections)
+        self.httpd.deadlines = self.app.deadlines = Deadlines()
+        grpc_port = self.cfg.grpc_port
+        if grpc_port is None:
+            grpc_port = self.cfg.port + 1 if self.cfg.port else 0
+        self.grpc = GrpcServer(self.cfg, self.app.servicers, self.app.metrics.observe,
+                               self.app.begin, self.app.end)
+        try:
+            self.grpc.start(self.cfg.host, grpc_port)
+        except RecrunnerError:
+            self.httpd.server_close()
+            self.app.deadlines.close()
+            raise
         serve = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
                                  name="http-accept", daemon=True)
         serve.start()
@@ -364,6 +291,9 @@ class Server:
             self._threads.append(loader)
         else:
             self.app.load()
+        if self.cfg.watch_interval_s > 0:
+            self._threads.append(self.app.repo.watch(self.cfg.watch_interval_s,
+                                                     self._stop_watching))
 
     def _load(self) -> None:
         try:
@@ -372,6 +302,11 @@ class Server:
             self.load_error = exc
             log.error("%s", self.app.failed)
 
+    def reload(self, reason: str) -> None:
+        """Swap in the export now in the model directory (SIGHUP); refusals are logged."""
+        with contextlib.suppress(LoadRefused):
+            self.app.repo.reload(reason)
+
     def wait_ready(self, timeout_s: float) -> bool:
         return self.app.ready.wait(timeout_s)
 
@@ -379,10 +314,15 @@ class Server:
         """Stop accepting, let in-flight requests finish; True if all finished in time."""
         timeout_s = self.cfg.shutdown_timeout_s if timeout_s is None else timeout_s
         self.app.draining = True
+        self._stop_watching.set()
+        if self.app.deadlines is not None:
+            self.app.deadlines.close()
         if self.httpd is not None:
             self.httpd.shutdown()  # the accept loop ends; connection threads go on
             self.httpd.server_close()
-        idle = self.app.wait_idle(timeout_s)
-        if self.app.batcher is not None:
-            self.app.batcher.close()
+        t0 = time.monotonic()
+        if self.grpc is not None:
+            self.grpc.stop(timeout_s)  # refuses new calls, waits for running ones
+        idle = self.app.wait_idle(max(0.0, timeout_s - (time.monotonic() - t0)))
+        self.app.plane.close()
         return idle

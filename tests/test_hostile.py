@@ -1,0 +1,252 @@
+"""`recrun serve` against hostile clients: the OpenAPI document checked by schemathesis on the
+live server, slow senders, connection floods, oversized and truncated requests, chunked and
+pipelined requests, and clients that vanish mid-reply. After each, the server serves on."""
+
+import http.client
+import json
+import re
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from recrunner.config.compose import load
+from recrunner.serving import routes
+from recrunner.serving.server import Server
+
+pytestmark = pytest.mark.slow
+READ_TIMEOUT_S = 3.0
+MAX_CONNECTIONS = 230  # above the 200 slow clients: they must not lock others out
+ROW = b"\t".join([b"1"] * 13 + [b"68fd1e64"] * 26) + b"\n"
+
+
+@pytest.fixture(scope="module")
+def server(trained_export: Path) -> Iterator[Server]:
+    cfg = load(["serving.port=0", f"serving.model_dir={trained_export}",
+                "serving.max_body_bytes=2000000", f"serving.read_timeout_s={READ_TIMEOUT_S}",
+                f"serving.max_connections={MAX_CONNECTIONS}", "serving.socket_timeout_s=20",
+                "serving.watch_interval_s=0"])
+    srv = Server(cfg.serving, trained_export)
+    srv.start()
+    assert srv.wait_ready(120), srv.app.failed
+    yield srv
+    srv.stop(5)
+
+
+def served(srv: Server) -> bool:
+    """A fresh client gets a prediction."""
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
+    try:
+        conn.request("POST", "/predict", ROW, {"Content-Type": "text/plain"})
+        resp = conn.getresponse()
+        return resp.status == 200 and len(json.loads(resp.read())["predictions"]) == 1
+    finally:
+        conn.close()
+
+
+def connect(srv: Server, timeout: float = 10) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", srv.port), timeout=timeout)
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Everything until the server closes (fails the test if it does not, by the timeout)."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def wait_for(check: object, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# --- the OpenAPI document, and schemathesis against the live server -------------------------
+
+def test_openapi_document_is_served_and_covers_every_route(server: Server) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("GET", "/openapi.json")
+    resp = conn.getresponse()
+    doc = json.loads(resp.read())
+    assert resp.status == 200 and doc == routes.document()
+    assert {(path, method.upper()) for path, ops in doc["paths"].items() for method in ops} == {
+        (r.path, m) for r in routes.ROUTES for m in r.methods}
+    # Every documented path is routed (a 404 would mean the table and the router disagree).
+    for route in routes.ROUTES:
+        path = route.path.replace("{name}", "x").replace("{version}", "1")
+        conn.request(route.methods[0], path, b"{}" if route.methods[0] == "POST" else None)
+        resp = conn.getresponse()
+        body = resp.read()
+        # 404 for model "x" is fine; "no such path" is not.
+        assert resp.status != 404 or b"no such path" not in body, (path, resp.status)
+    conn.close()
+
+
+def test_router_serves_exactly_the_route_table() -> None:
+    """A row without a handler (published, not served) or a handler without a row (served,
+    not published) stops the server from being built."""
+    from recrunner.serving.router import Router, error_reply
+
+    router = Router()
+    with pytest.raises(KeyError, match="no row"):
+        router.bind("v3_infer", lambda r, p: error_reply(r, 500, ""))
+    router.bind("predict", lambda r, p: error_reply(r, 500, ""))
+    with pytest.raises(KeyError, match="v2_infer"):
+        router.check()
+
+
+@pytest.fixture(scope="module")
+def api_schema(server: Server) -> object:
+    return schemathesis.openapi.from_url(f"{server.url}/openapi.json")
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
+          response_schema_conformance, response_headers_conformance]
+
+
+@schema.parametrize()
+@settings(max_examples=10, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+def test_api_conforms_to_its_openapi_document(case: schemathesis.Case) -> None:
+    """Generated requests (valid and invalid, every route): no 5xx, and every reply's status,
+    content type, headers and body are those the document declares."""
+    case.call_and_validate(checks=CHECKS, timeout=30)
+
+
+# --- slow and greedy clients --------------------------------------------------------------
+
+def test_200_slow_clients_do_not_stop_others(server: Server) -> None:
+    """200 connections dripping a request a byte a second: others are served meanwhile, and
+    each slow one is answered 408 and closed once serving.read_timeout_s has passed."""
+    head = b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 400\r\n\r\n"
+    slow = [connect(server) for _ in range(200)]
+    try:
+        started = time.monotonic()
+        for sock in slow:
+            sock.sendall(head[:1])
+        sent, ok = 1, 0
+        while time.monotonic() - started < READ_TIMEOUT_S * 0.7:
+            assert served(server)
+            ok += 1
+            if time.monotonic() - started >= sent:  # a byte a second on every slow socket
+                for sock in slow:
+                    sock.sendall(head[sent:sent + 1])
+                sent += 1
+        assert ok >= 3 and sent >= 2
+        replies = []
+        for sock in slow:
+            sock.settimeout(READ_TIMEOUT_S + 5)
+            replies.append(read_all(sock))  # closed by the server at its deadline
+    finally:
+        for sock in slow:
+            sock.close()
+    assert all(r.startswith(b"HTTP/1.1 408") for r in replies), {r[:40] for r in replies}
+    assert served(server)
+
+
+def test_connections_over_the_limit_get_503_not_a_hang(server: Server) -> None:
+    assert wait_for(lambda: server.app.connections.open == 0, 10)  # type: ignore[union-attr]
+    held = [connect(server) for _ in range(MAX_CONNECTIONS)]
+    try:
+        assert wait_for(lambda: server.app.connections.open == MAX_CONNECTIONS, 10)  # type: ignore[union-attr]
+        with connect(server) as extra:
+            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_all(extra).startswith(b"HTTP/1.1 503")
+    finally:
+        for sock in held:
+            sock.close()
+    assert wait_for(lambda: served(server), 10)
+
+
+@pytest.mark.parametrize("request_bytes,status", [
+    (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", b"414"),
+    (b"GET /healthz HTTP/1.1\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),
+    (b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(120)) + b"\r\n",
+     b"431"),
+    (b"POST /predict HTTP/1.1\r\nContent-Length: 2000001\r\n\r\n" + b"a" * 2_000_001, b"413"),
+    (b"POST /predict HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+     b"411"),
+    (b"POST /predict HTTP/1.1\r\nContent-Length: -3\r\n\r\n", b"400"),
+    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(256)) + b"\r\n\r\n", b"400"),
+], ids=["long-request-line", "long-header", "too-many-headers", "big-body", "chunked",
+        "negative-length", "tls-hello"])
+def test_oversized_and_malformed_requests_are_answered_and_closed(
+        server: Server, request_bytes: bytes, status: bytes) -> None:
+    with connect(server) as sock:
+        sock.sendall(request_bytes)
+        reply = read_all(sock)  # and the server closes the connection
+    assert reply.split(b" ", 2)[1] == status, reply[:200]
+    assert served(server)
+
+
+def test_body_shorter_than_its_content_length(server: Server) -> None:
+    head = b"POST /predict HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Length: 5000\r\n\r\n"
+    with connect(server) as sock:  # the client says it is done: 400 at once
+        sock.sendall(head + ROW)
+        sock.shutdown(socket.SHUT_WR)
+        reply = read_all(sock)
+    assert reply.startswith(b"HTTP/1.1 400") and b"of the 5000 bytes" in reply
+    with connect(server) as sock:  # the client waits: 408 after serving.read_timeout_s
+        sock.sendall(head + ROW)
+        reply = read_all(sock)
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+    assert served(server)
+
+
+def test_pipelined_requests_are_answered_in_order(server: Server) -> None:
+    body = ROW * 3
+    with connect(server) as sock:
+        sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n"
+                     b"POST /predict HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Length: "
+                     + str(len(body)).encode() + b"\r\n\r\n" + body
+                     + b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = read_all(sock)
+    statuses = re.findall(rb"HTTP/1\.1 (\d{3}) ", data)
+    assert statuses == [b"200", b"200", b"404"], data
+    assert data.count(b'"predictions"') == 1
+
+
+def test_client_vanishing_mid_reply(server: Server) -> None:
+    """A big reply to a client that resets the connection after a few bytes: nothing is left
+    waiting, nothing is logged as a crash, the next client is served."""
+    body = ROW * 6000  # a reply of ~100 kB to a 4 kB receive buffer
+    for _ in range(3):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(10)
+        sock.connect(("127.0.0.1", server.port))
+        sock.sendall(b"POST /predict HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Length: "
+                     + str(len(body)).encode() + b"\r\n\r\n" + body)
+        assert sock.recv(100).startswith(b"HTTP/1.1 200")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()  # RST while the server may still be writing
+    assert wait_for(lambda: server.app.inflight == 0, 10)
+    assert served(server)
+
+
+def test_unsupported_methods_get_405_with_allow(server: Server) -> None:
+    for method in ("PATCH", "OPTIONS", "HEAD", "DELETE"):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        conn.request(method, "/predict")
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 405 and resp.getheader("Allow") == "POST", method
+        conn.close()
+
