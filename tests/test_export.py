@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from recrunner import manifest
 from recrunner.config.compose import load
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
@@ -213,6 +215,7 @@ def test_an_export_the_broken_pass_miscompiles_is_refused(run: Run, tmp_path,
     # An export from before the self-check (no probe): the engines disagree, so none is trusted.
     old = Path(shutil.copytree(good, tmp_path / "old"))
     (old / PROBE_FILE).unlink()
+    _edit_meta(old, lambda meta: meta.pop("files"))  # such exports had no checksums either
     from recrunner.serving.engine import load_engine
 
     with pytest.raises(ExportCheckError, match="disagree"):
@@ -224,7 +227,17 @@ def _corrupt_probe(export: Path, target: Path) -> Path:
     names = ["dense", "sparse_ids"]
     probe = Probe.load(target / PROBE_FILE, names)
     Probe(probe.inputs, probe.expected + 1e-3).save(target / PROBE_FILE, names)
+    # A probe that disagrees, vouched for by export.json: the self-check must catch it, not the
+    # checksum (which would catch a damaged file).
+    _edit_meta(target, lambda meta: meta["files"].update(
+        manifest.describe(target, [PROBE_FILE])))
     return target
+
+
+def _edit_meta(export: Path, edit: Callable[[dict], Any]) -> None:
+    meta = json.loads((export / META_FILE).read_text())
+    edit(meta)
+    (export / META_FILE).write_text(json.dumps(meta))
 
 
 def test_loaders_and_the_server_refuse_an_export_whose_probe_fails(run: Run, tmp_path) -> None:
@@ -238,8 +251,9 @@ def test_loaders_and_the_server_refuse_an_export_whose_probe_fails(run: Run, tmp
             load_engine(bad, engine, 1, 1)
     with pytest.raises(RecrunnerError, match="paddle.inference differs"):
         load_export(bad)  # recrun eval / recrun predict
-    # An older export without a probe still loads: engine against engine.
+    # An older export without a probe (nor checksums) still loads: engine against engine.
     (bad / PROBE_FILE).unlink()
+    _edit_meta(bad, lambda meta: meta.pop("files"))
     assert load_engine(bad, "auto", 1, 1).name == "onnx"
     assert load_export(bad).probe is None
 
