@@ -65,6 +65,9 @@ def check(cfg: RootConfig) -> None:
         raise RecrunnerError("runner.table_learning_rate and runner.lr_decay apply to "
                              "mode=local and mode=collective; mode=ps's servers keep one "
                              "constant rate: unset them")
+    if str(cfg.mode.name) == "ps" and getattr(cfg.model, "wide_crosses", None):
+        raise RecrunnerError("model.wide_crosses applies to mode=local and mode=collective; "
+                             "mode=ps serves one id table: set it to []")
     ensure_dataset(cfg.dataset)
 
 
