@@ -1,5 +1,7 @@
 """Wide & Deep's model.wide_crosses: each crossed id pair adds its own wide weight."""
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,7 @@ paddle = import_paddle()
 INPUTS = ModelInputs(2, (Field("a"), Field("b"), Field("c")))
 
 
-def build(crosses: list[list[str]], inputs: ModelInputs = INPUTS) -> tuple[object, object]:
+def build(crosses: list[list[str]], inputs: ModelInputs = INPUTS) -> tuple[Any, Any]:
     paddle.seed(3)
     cfg = load_model_module("wide_deep").Config(sparse_feature_number=50, sparse_feature_dim=2,
                                                 fc_sizes=[4], wide_crosses=crosses,
