@@ -54,3 +54,12 @@ def test_crosses_name_single_valued_fields_and_are_refused_in_ps_mode() -> None:
 
     with pytest.raises(RecrunnerError, match="model.wide_crosses applies to mode=local"):
         check(load(["mode=ps", "model.wide_crosses=[[C1,C2]]"]))
+
+
+def test_the_default_data_preset_composes() -> None:
+    from recrunner.config.compose import load
+
+    cfg = load(["+experiment=synth_wide_deep"])
+    assert cfg.model.name == "wide_deep" and cfg.model.wide_crosses == [["C1", "C2"]]
+    assert cfg.runner.table_learning_rate > cfg.runner.learning_rate
+    assert cfg.runner.lr_decay < 1
