@@ -46,10 +46,15 @@ class Net(nn.Layer):
 
     def wide_crossed(self, sparse_ids: paddle.Tensor) -> paddle.Tensor:
         """The sum of each crossed pair's own weight: [B, 1]."""
-        keys = [sparse_ids[:, a] * CROSS_MULTIPLIER + sparse_ids[:, b] for a, b in self.crosses]
+        # int64 tensors, not Python ints: a scalar product becomes a float32 scale op when
+        # exported, which rounds the keys (the export check caught it: 0.03 off).
+        multiplier = paddle.full([1], CROSS_MULTIPLIER, "int64")
+        keys = [paddle.multiply(sparse_ids[:, a], multiplier) + sparse_ids[:, b]
+                for a, b in self.crosses]
         ids = paddle.remainder(paddle.stack(keys, axis=1), paddle.full([1], self.cross_buckets,
                                                                       "int64"))
-        return paddle.sum(self.cross_table(ids), axis=1)  # [B, crosses, 1] -> [B, 1]
+        # [B, crosses, 1] -> [B, 1]; only called with crosses (a table).
+        return paddle.sum(self.cross_table(ids), axis=1)  # type: ignore[misc]
 
 
 def cross_columns(inputs, pair: list[str]) -> tuple[int, int]:  # noqa: ANN001
