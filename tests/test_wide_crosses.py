@@ -61,5 +61,5 @@ def test_the_default_data_preset_composes() -> None:
 
     cfg = load(["+experiment=synth_wide_deep"])
     assert cfg.model.name == "wide_deep" and cfg.model.wide_crosses == [["C1", "C2"]]
-    assert cfg.runner.table_learning_rate > cfg.runner.learning_rate
+    assert (cfg.runner.table_learning_rate or 0) > cfg.runner.learning_rate
     assert cfg.runner.lr_decay < 1
