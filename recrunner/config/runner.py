@@ -17,6 +17,12 @@ class RunnerConfig:
     batch_size: int = 512
     eval_batch_size: int = 8192
     learning_rate: float = 0.001
+    # Adam's rate for the embedding tables (None: learning_rate; the dense part always uses
+    # learning_rate). mode=local and mode=collective only.
+    table_learning_rate: float | None = None
+    # Every rate is multiplied by this after each epoch: epoch e trains at rate * lr_decay^(e-1)
+    # (1: constant). mode=local and mode=collective only.
+    lr_decay: float = 1.0
     seed: int = 2026
     output_dir: str = "runs/${model.name}"
     resume: bool = False
@@ -41,5 +47,7 @@ class RunnerConfig:
         at_least("runner", self, epochs=1, batch_size=1, eval_batch_size=1, threads=1,
                  log_every_steps=1, eval_steps=1, early_stop_patience=1,
                  checkpoint_every_steps=1)
-        positive("runner", self, "learning_rate", "checkpoint_every_seconds")
+        positive("runner", self, "learning_rate", "table_learning_rate", "lr_decay",
+                 "checkpoint_every_seconds")
+        within("runner", self, "lr_decay", 0.0, 1.0)
         within("runner", self, "target_auc", 0.0, 1.0)

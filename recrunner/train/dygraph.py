@@ -36,7 +36,8 @@ class DygraphEngine:
         np.random.seed(cfg.runner.seed)
         self.net = build_net(cfg)
         self.model = group.wrap(self.net)
-        self.opt = optim.Adam(self.paddle, self.net, cfg.runner.learning_rate)
+        self.opt = optim.Adam(self.paddle, self.net, cfg.runner.learning_rate,
+                              cfg.runner.table_learning_rate, cfg.runner.lr_decay)
         self.predict_fn = net_predictor(self.net)
         self.expected_examples = reader.estimate_rows(cfg.dataset.train)
 
@@ -60,6 +61,7 @@ class DygraphEngine:
     def train_epoch(self, epoch: int, on_step: OnStep) -> EpochStats:
         cfg = self.cfg.runner
         stats = EpochStats()
+        self.opt.start_epoch(epoch)
         loss_sum, loss_n, epoch_loss = 0.0, 0, 0.0
         start = time.perf_counter()
         with EpochProgress(f"epoch {epoch}/{cfg.epochs}", self.expected_examples,

@@ -1,0 +1,62 @@
+"""runner.table_learning_rate and runner.lr_decay: each part's Adam rate, per epoch."""
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from recrunner.runtime import import_paddle
+from recrunner.train import optim
+from recrunner.zoo.rank.blocks import id_table
+
+paddle = import_paddle()
+
+
+class TinyNet(paddle.nn.Layer):  # type: ignore[name-defined]
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = id_table(10, 2, True, 0.5)
+        self.dense = paddle.nn.Linear(2, 1)
+
+    def forward(self, ids: Any) -> Any:
+        return self.dense(self.table(ids).sum(axis=1))
+
+
+def first_step(epoch: int, **rates: float) -> tuple[np.ndarray, np.ndarray]:
+    """How far one Adam step in `epoch` moves the table's rows and the dense weights."""
+    paddle.seed(0)
+    net = TinyNet()
+    opt = optim.Adam(paddle, net, **rates)
+    opt.start_epoch(epoch)
+    table, dense = net.table.weight.numpy().copy(), net.dense.weight.numpy().copy()
+    net(paddle.to_tensor(np.array([[4, 7]], "int64"))).sum().backward()
+    opt.step()
+    return (np.abs(net.table.weight.numpy() - table),
+            np.abs(net.dense.weight.numpy() - dense))
+
+
+@pytest.mark.parametrize("epoch", [1, 3])
+def test_each_part_moves_by_its_own_decayed_rate(epoch: int) -> None:
+    """Adam's step is proportional to its rate: the table's rows move by
+    table_learning_rate * decay^(epoch-1), the dense weights by learning_rate * the same."""
+    table_ref, dense_ref = first_step(1, learning_rate=0.001)
+    table, dense = first_step(epoch, learning_rate=0.01, table_learning_rate=0.001, decay=0.5)
+    scale = 0.5 ** (epoch - 1)
+    np.testing.assert_allclose(table[[4, 7]], table_ref[[4, 7]] * scale, rtol=1e-3)
+    assert table[[4, 7]].min() > 0 and not table[[0, 1, 2, 3, 5, 6, 8, 9]].any()  # lazy
+    np.testing.assert_allclose(dense, dense_ref * 10 * scale, rtol=1e-3)
+
+
+def test_ps_mode_refuses_the_schedule_and_bad_values_fail_at_load() -> None:
+    from recrunner.commands.train import check
+    from recrunner.config.compose import load
+    from recrunner.errors import RecrunnerError
+
+    for override in ("runner.lr_decay=0.5", "runner.table_learning_rate=0.01"):
+        with pytest.raises(RecrunnerError, match="mode=ps's servers keep one constant rate"):
+            check(load(["mode=ps", "model=lr", override]))
+    for override, message in (("runner.lr_decay=1.5", "runner.lr_decay=1.5 must be between"),
+                              ("runner.lr_decay=0", "runner.lr_decay=0.0 must be greater"),
+                              ("runner.table_learning_rate=-1", "table_learning_rate=-1.0")):
+        with pytest.raises(Exception, match=message):
+            load([override])
