@@ -14,9 +14,9 @@ class Config:
     fc_sizes: list[int] = field(default_factory=lambda: [512, 256, 128, 32])
     # Dropout after each hidden layer of the deep part (docs/models.md measures it).
     dropout: float = 0.0
-    # Sparse (SelectedRows) embedding gradients: with lazy Adam ~2.4x faster than dense.
     # L2 on the embedding rows each training batch looks up (dygraph modes; 0: none).
     embedding_l2: float = 0.0
+    # Sparse (SelectedRows) embedding gradients: with lazy Adam ~2.4x faster than dense.
     sparse_grad: bool = True
     init_scale: float = 0.01
     # The paper's cross-product transformations: pairs of single-valued field names (e.g.
