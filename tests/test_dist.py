@@ -151,8 +151,9 @@ def test_ps_geo_resumes_as_if_never_stopped(synth_data: dict[str, str], tmp_path
                        .splitlines()] for run in (straight, resumed)}
     assert len(aucs["resumed"]) == 2, aucs
     # Before the trainers' copies were restored, a resumed geo model scored below 0.5. Geo
-    # runs differ by thread timing (±0.02 on this small data), hence the tolerance.
-    assert aucs["resumed"][1] > 0.7 and abs(aucs["resumed"][1] - aucs["straight"][1]) < 0.03
+    # runs differ by thread timing (±0.02 on this small data; 0.030 seen on a loaded machine),
+    # hence the tolerance.
+    assert aucs["resumed"][1] > 0.7 and abs(aucs["resumed"][1] - aucs["straight"][1]) < 0.05
     from recrunner.export import load_export
 
     assert load_export(resumed / "export").predictor.get_input_names() == ["dense",
