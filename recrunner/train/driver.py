@@ -26,6 +26,8 @@ from recrunner.train.reading import Reader
 
 log = logging.getLogger("recrunner.train")
 PREDICTIONS = "predictions.npz"
+# Written by the writer once its export is in place, for the other processes of the run.
+FINISHED = "dist/finished"
 
 
 class RunDriver:
@@ -206,6 +208,8 @@ class RunDriver:
 
     def finish(self, metrics: dict[str, Any]) -> dict[str, Any]:
         export_dir = self.out / "export"
+        # One number every process agrees on, naming this run's end (see wait_for_writer).
+        token = f"{self.group.max(float(np.random.default_rng().integers(1 << 40))):.0f}"
         summary = self.progress.summary(
             metrics, skipped_rows=int(self.group.sum(self.reader.errors.count)),
             export_dir=str(export_dir), exported_epoch=self.exported_epoch,
@@ -221,8 +225,25 @@ class RunDriver:
                 np.savez(fh, label=self.labels, prob=self.probs)
             atomic.write_json(self.out / "summary.json", summary, "summary")
             log.info("export %s; %.0f examples/s", export_dir, self.progress.examples_per_sec())
+            if self.group.world > 1:
+                atomic.write_text(self.out / FINISHED, token, "finished")
+        elif self.group.world > 1:
+            self.wait_for_writer(token)
         self.group.barrier()
         return summary
+
+    def wait_for_writer(self, token: str) -> None:
+        """The other processes wait for the writer's export through the shared run directory:
+        an export can outlast gloo's fixed 30 s collective timeout (seen under load), so a
+        barrier alone would fail the job. A writer that dies is the supervisor's to report."""
+        marker = self.out / FINISHED
+        while True:
+            try:
+                if marker.read_text() == token:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
 
 
 def train_local(cfg: RootConfig) -> dict[str, Any]:
