@@ -4,6 +4,7 @@ credentials kept out of every output. Offline: the upstream CRD schemas, and the
 of tests/test_k8s_apply.py for apply/status/delete."""
 
 import copy
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import yaml
 
 from recrunner.cli import main, run_command
 from recrunner.config.compose import load
+from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
 from recrunner.k8s import manifests, ops, validate
 from tests.pss_restricted import violations
@@ -40,8 +42,14 @@ def cli(*argv: str) -> int:
     return int(exit_.value.code or 0)
 
 
+@functools.lru_cache(maxsize=None)
+def config(*overrides: str) -> RootConfig:
+    """A loaded config, shared: rendering never modifies it (copy before changing one)."""
+    return load([*BASE, *overrides])
+
+
 def serving(*overrides: str) -> dict[str, Any]:
-    doc, notes = ops.render_serving(load([*BASE, *overrides]))
+    doc, notes = ops.render_serving(config(*overrides))
     assert not [n for n in notes if "skipped" in n], notes  # validated against its CRD
     return doc
 
@@ -77,7 +85,7 @@ def test_inferenceservice_serves_the_export_the_job_wrote(monkeypatch: pytest.Mo
     assert c["command"][:2] == ["recrun", "serve"] and "serving.host=0.0.0.0" in c["command"]
     # The export is read where the training job's pods wrote it: its run directory (from the
     # ConfigMap that `recrun submit` renders) on the claim that submit creates.
-    submitted = ops.render(load(BASE))
+    submitted = ops.render(config())
     configmap = next(d for d in submitted.docs if d["kind"] == "ConfigMap")
     job_out = yaml.safe_load(configmap["data"][manifests.CONFIG_FILE])["runner"]["output_dir"]
     assert f"serving.model_dir={job_out}/export" in c["command"]
@@ -121,7 +129,7 @@ def test_shipped_kserve_crd_is_the_upstream_copy() -> None:
 
 
 def test_paddleservice_mounts_the_job_volume_and_says_it_is_not_restricted() -> None:
-    doc, notes = ops.render_serving(load(BASE))
+    doc, notes = ops.render_serving(config())
     assert doc["kind"] == "PaddleService"
     volumes = {v["name"]: v for v in doc["spec"]["volumes"]}
     assert volumes["models"]["persistentVolumeClaim"]["claimName"] == "wide-deep-synth-models"
@@ -169,7 +177,7 @@ def test_serve_applies_status_shows_delete_removes(fake: FakeKube,
     from recrunner.serving.k8s import serve_on_k8s
 
     path = "/apis/serving.kserve.io/v1beta1/namespaces/ctr/inferenceservices/wide-deep-serving"
-    cfg = load([*BASE, *ISVC])
+    cfg = config(*ISVC)
     assert serve_on_k8s(cfg, Path("/nonexistent"), dry_run=False, bundle=False) == 0
     assert serve_on_k8s(cfg, Path("/nonexistent"), dry_run=False, bundle=False) == 0
     out = capsys.readouterr().out
@@ -196,11 +204,11 @@ def test_serve_applies_status_shows_delete_removes(fake: FakeKube,
     assert METAURL not in out and "m3ta-Pa55" not in out
 
     # Delete: the job's resources leave serving alone (and say so); --serving removes it.
-    assert recrun("submit", *ISVC) == 0
     fake.requests.clear()
     assert recrun("delete", *ISVC) == 0
     captured = capsys.readouterr()
-    assert "inferenceservices/wide-deep-serving" in fake.kinds()
+    assert "paddlejob/wide-deep-synth not found" in captured.out
+    assert fake.kinds() == ["inferenceservices/wide-deep-serving"]
     assert "inferenceservice/wide-deep-serving still serves" in captured.err
     assert recrun("delete", *ISVC, "--serving") == 0
     assert fake.objects == {}
@@ -212,7 +220,7 @@ def test_delete_all_removes_serving_first(fake: FakeKube) -> None:
     assert recrun("submit") == 0
     from recrunner.serving.k8s import apply, render_service
 
-    cfg = load(BASE)
+    cfg = config()
     apply(cfg, render_service(cfg))  # a PaddleService (the default kind)
     fake.requests.clear()
     assert recrun("delete", "--all") == 0
@@ -222,14 +230,13 @@ def test_delete_all_removes_serving_first(fake: FakeKube) -> None:
 
 
 def test_without_kserve_installed(fake: FakeKube, capsys: pytest.CaptureFixture) -> None:
-    fake.missing_groups.add("serving.kserve.io")
-    assert recrun("submit") == 0
-    assert recrun("status", *ISVC) == 0  # the job alone; no KServe is no error here
-    assert "inferenceservice" not in capsys.readouterr().out
-    assert recrun("delete", *ISVC) == 0
     from recrunner.serving.k8s import apply, render_service
 
-    cfg = load([*BASE, *ISVC])
+    fake.missing_groups.add("serving.kserve.io")
+    # Neither the job nor the serving resource: the kind not being served is no extra error.
+    assert recrun("status", *ISVC) == 2
+    assert "no inferenceservice/wide-deep-serving either" in capsys.readouterr().err
+    cfg = config(*ISVC)
     with pytest.raises(RecrunnerError, match="does not serve InferenceService .*install KServe"):
         apply(cfg, render_service(cfg))
 
@@ -237,11 +244,9 @@ def test_without_kserve_installed(fake: FakeKube, capsys: pytest.CaptureFixture)
 # --- Pod Security Standards "restricted" ---------------------------------------------------
 
 SCENARIOS = {
-    "local": [],
-    "collective": ["mode.name=collective", "mode.nproc=2"],
+    "collective": ["mode.name=collective", "mode.nproc=2", "cluster.juicefs.create_secret=false",
+                   "cluster.juicefs.secret_name=shared"],
     "ps+sampleset+volcano": [*PS, *SAMPLESET, "cluster.scheduler=volcano"],
-    "existing-secret": ["cluster.juicefs.create_secret=false",
-                        "cluster.juicefs.secret_name=shared"],
 }
 
 
@@ -265,11 +270,12 @@ def test_every_rendered_pod_meets_the_restricted_profile(scenario: str,
                                                          monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
     monkeypatch.setenv("JUICEFS_METAURL", METAURL)
-    cfg = load([*BASE, *SCENARIOS[scenario]])
+    cfg = config(*SCENARIOS[scenario], *ISVC)
     docs = ops.render(cfg).docs
-    docs.append(ops.render_serving(load([*BASE, *SCENARIOS[scenario], *ISVC]))[0])
-    docs.append(ops.render_serving(load([*BASE, *SCENARIOS[scenario], *ISVC,
-                                         "serving.k8s.storage_uri=gs://m/x"]))[0])
+    docs.append(ops.render_serving(cfg)[0])
+    from_uri = copy.deepcopy(cfg)
+    from_uri.serving.k8s.storage_uri = "gs://m/x"
+    docs.append(ops.render_serving(from_uri)[0])
     pods = pod_specs(docs)
     assert {"PaddleJob worker", "InferenceService predictor"} <= set(pods)
     assert not set(pods) - {"PaddleJob worker", "PaddleJob ps", "InferenceService predictor"}
@@ -287,7 +293,7 @@ def writable_paths(pod: dict[str, Any], container: dict[str, Any]) -> list[str]:
 def test_read_only_root_leaves_the_programs_somewhere_to_write(monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:
     monkeypatch.setenv("JUICEFS_METAURL", METAURL)
-    cfg = load(BASE)
+    cfg = config()
     rendered = ops.render(cfg)
     job = next(d for d in rendered.docs if d["kind"] == "PaddleJob")
     pod = job["spec"]["worker"]["template"]["spec"]
@@ -345,10 +351,9 @@ def test_credentials_reach_only_the_cluster_secret(fake: FakeKube, tmp_path: Pat
     values = (METAURL, SECRET_KEY, ACCESS, "m3ta-Pa55")
     monkeypatch.chdir(tmp_path)  # where Hydra would put .hydra/ or a run directory
     out_dir = tmp_path / "rendered"
-    for argv in (["submit", *PS, *SAMPLESET, "--dry-run"],
-                 ["submit", *PS, *SAMPLESET, "-o", str(out_dir)],
+    for argv in (["submit", *PS, *SAMPLESET, "-o", str(out_dir)],
                  ["submit", *PS, *SAMPLESET], ["serve", *ISVC, "--dry-run"],
-                 ["status", *PS, *SAMPLESET], ["delete", *PS, *SAMPLESET]):
+                 ["status", *PS, *SAMPLESET]):
         assert recrun(*argv) == 0, argv
     captured = capsys.readouterr()
     for value in values:
