@@ -10,7 +10,7 @@ from types import ModuleType
 
 from recrunner import __version__
 from recrunner.errors import Interrupted, RecrunnerError, TargetNotReached
-from recrunner.redact import install_log_scrubber, scrub
+from recrunner.redact import install_log_scrubber, refuse_inline_credentials, scrub
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,7 @@ def run_command(name: str, argv: Sequence[str]) -> int:
         # Fail fast with one line (typos, types, ranges, the command's own input checks)
         # before Hydra creates the run directory.
         checked = load(overrides)
+        refuse_inline_credentials(checked)
         if hasattr(module, "check"):
             module.check(checked)
 

@@ -8,6 +8,7 @@ config error that quotes an override (a credential typed into the wrong key) sho
 
 import logging
 import os
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -53,3 +54,47 @@ def install_log_scrubber() -> None:
     """Scrub every log record, whichever logger or handler (Hydra's, Paddle's) emits it."""
     if logging.getLogRecordFactory() is not _record:
         logging.setLogRecordFactory(_record)
+
+
+# A password inside a URL (scheme://user:password@host), e.g. a tracking or storage URI.
+URL_PASSWORD = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:]*:[^/@\s]+@")
+# Names of environment variables that hold credentials.
+CREDENTIAL_NAME = re.compile(r"(?i)secret|passw|token|access_?key|api_?key|credential|private")
+
+
+def inline_credentials(cfg: Any) -> list[str]:
+    """Config keys that hold a credential: a URL with a password, or a variable of cluster.env
+    named like one. The config is written to .hydra/, the run directory and the ConfigMap."""
+    from dataclasses import fields, is_dataclass
+
+    found: list[str] = []
+
+    def walk(value: Any, key: str) -> None:
+        if is_dataclass(value):
+            for f in fields(value):
+                walk(getattr(value, f.name), f"{key}.{f.name}" if key else f.name)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if key == "cluster.env" and CREDENTIAL_NAME.search(str(k)):
+                    found.append(f"{key}.{k}")
+                else:
+                    walk(v, f"{key}.{k}")
+        elif isinstance(value, list | tuple):
+            for i, v in enumerate(value):
+                walk(v, f"{key}[{i}]")
+        elif isinstance(value, str) and URL_PASSWORD.search(value):
+            found.append(key)
+
+    walk(cfg, "")
+    return found
+
+
+def refuse_inline_credentials(cfg: Any) -> None:
+    from recrunner.errors import RecrunnerError
+
+    keys = inline_credentials(cfg)
+    if keys:
+        raise RecrunnerError(
+            f"{keys[0]} holds a credential, which would be written in plain text to .hydra/, "
+            "the run directory and a cluster's ConfigMap: pass it in the environment instead "
+            "(on Kubernetes, from a Secret: cluster.secret_env.NAME=<secret>:<key>)")

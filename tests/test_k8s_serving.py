@@ -32,6 +32,14 @@ from tests.test_k8s_apply import (  # noqa: F401  (fake: the REST double, a fixt
 )
 
 ISVC = ["serving.k8s.kind=InferenceService"]
+
+
+@pytest.fixture
+def kube(request: pytest.FixtureRequest) -> FakeKube:
+    """The REST double of tests/test_k8s_apply.py (its `fake` fixture, imported above)."""
+    return request.getfixturevalue("fake")
+
+
 ACCESS = "AKIA-fake-access-9931"
 
 
@@ -42,7 +50,7 @@ def cli(*argv: str) -> int:
     return int(exit_.value.code or 0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def config(*overrides: str) -> RootConfig:
     """A loaded config, shared: rendering never modifies it (copy before changing one)."""
     return load([*BASE, *overrides])
@@ -172,7 +180,7 @@ def test_serve_dry_run_prints_only_the_resource(capsys: pytest.CaptureFixture) -
 
 # --- apply, status, delete against the REST double -----------------------------------------
 
-def test_serve_applies_status_shows_delete_removes(fake: FakeKube,
+def test_serve_applies_status_shows_delete_removes(kube: FakeKube,
                                                    capsys: pytest.CaptureFixture) -> None:
     from recrunner.serving.k8s import serve_on_k8s
 
@@ -183,11 +191,11 @@ def test_serve_applies_status_shows_delete_removes(fake: FakeKube,
     out = capsys.readouterr().out
     assert "inferenceservice/wide-deep-serving created" in out
     assert "inferenceservice/wide-deep-serving serverside-applied" in out
-    assert [r.path for r in applies(fake)] == [path, path]
-    assert all(r.query["fieldManager"] == ["recrunner"] for r in applies(fake))
+    assert [r.path for r in applies(kube)] == [path, path]
+    assert all(r.query["fieldManager"] == ["recrunner"] for r in applies(kube))
 
     # Status before the job exists: the serving resource alone, with what is not ready.
-    fake.get("inferenceservices", "wide-deep-serving")["status"] = {
+    kube.get("inferenceservices", "wide-deep-serving")["status"] = {
         "url": "http://wide-deep-serving.ctr.example.com",
         "conditions": [{"type": "Ready", "status": "False"},
                        {"type": "PredictorReady", "status": "False", "reason": "MountFailed",
@@ -204,35 +212,35 @@ def test_serve_applies_status_shows_delete_removes(fake: FakeKube,
     assert METAURL not in out and "m3ta-Pa55" not in out
 
     # Delete: the job's resources leave serving alone (and say so); --serving removes it.
-    fake.requests.clear()
+    kube.requests.clear()
     assert recrun("delete", *ISVC) == 0
     captured = capsys.readouterr()
     assert "paddlejob/wide-deep-synth not found" in captured.out
-    assert fake.kinds() == ["inferenceservices/wide-deep-serving"]
+    assert kube.kinds() == ["inferenceservices/wide-deep-serving"]
     assert "inferenceservice/wide-deep-serving still serves" in captured.err
     assert recrun("delete", *ISVC, "--serving") == 0
-    assert fake.objects == {}
-    assert mutations(fake)[-1] == ("DELETE", path)
+    assert kube.objects == {}
+    assert mutations(kube)[-1] == ("DELETE", path)
     assert "inferenceservice/wide-deep-serving deleted" in capsys.readouterr().out
 
 
-def test_delete_all_removes_serving_first(fake: FakeKube) -> None:
+def test_delete_all_removes_serving_first(kube: FakeKube) -> None:
     assert recrun("submit") == 0
     from recrunner.serving.k8s import apply, render_service
 
     cfg = config()
     apply(cfg, render_service(cfg))  # a PaddleService (the default kind)
-    fake.requests.clear()
+    kube.requests.clear()
     assert recrun("delete", "--all") == 0
-    assert fake.objects == {}
-    assert [p.rsplit("/", 2)[-2] for _, p in mutations(fake)][:2] == ["paddleservices",
+    assert kube.objects == {}
+    assert [p.rsplit("/", 2)[-2] for _, p in mutations(kube)][:2] == ["paddleservices",
                                                                      "paddlejobs"]
 
 
-def test_without_kserve_installed(fake: FakeKube, capsys: pytest.CaptureFixture) -> None:
+def test_without_kserve_installed(kube: FakeKube, capsys: pytest.CaptureFixture) -> None:
     from recrunner.serving.k8s import apply, render_service
 
-    fake.missing_groups.add("serving.kserve.io")
+    kube.missing_groups.add("serving.kserve.io")
     # Neither the job nor the serving resource: the kind not being served is no extra error.
     assert recrun("status", *ISVC) == 2
     assert "no inferenceservice/wide-deep-serving either" in capsys.readouterr().err
@@ -344,7 +352,7 @@ def all_text(root: Path) -> str:
     return "\n".join(p.read_text(errors="replace") for p in root.rglob("*") if p.is_file())
 
 
-def test_credentials_reach_only_the_cluster_secret(fake: FakeKube, tmp_path: Path,
+def test_credentials_reach_only_the_cluster_secret(kube: FakeKube, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JUICEFS_ACCESS_KEY", ACCESS)
@@ -361,10 +369,10 @@ def test_credentials_reach_only_the_cluster_secret(fake: FakeKube, tmp_path: Pat
         assert value not in all_text(tmp_path)  # no .hydra/, run dir or rendered file has it
     assert "<redacted>" in (out_dir / "01-secret-wide-deep-synth-juicefs.yaml").read_text()
     # Sent to the cluster: in the Secret only (the ConfigMap's config included).
-    for req in applies(fake):
+    for req in applies(kube):
         if "/secrets/" not in req.path:
             assert not any(v in req.body for v in values), req.path
-    secret = next(r for r in applies(fake) if "/secrets/" in r.path)
+    secret = next(r for r in applies(kube) if "/secrets/" in r.path)
     assert METAURL in secret.body and ACCESS in secret.body
 
 
@@ -393,3 +401,30 @@ def test_log_records_are_scrubbed(monkeypatch: pytest.MonkeyPatch,
         logging.getLogger("paddle.somewhere").info("mounting %s now", METAURL)
     assert caplog.messages == ["mounting <redacted> now"]
     assert os.environ["JUICEFS_METAURL"] == METAURL  # the value itself is untouched
+
+
+def test_a_credential_in_a_config_value_is_refused_before_anything_is_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    password = "pw-Zq81-fake"
+    assert cli("train", "logger=mlflow",
+               f"logger.mlflow.tracking_uri=https://ctr:{password}@mlflow.example.com") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "logger.mlflow.tracking_uri holds a credential" in err[0]
+    assert password not in err[0]
+    assert list(tmp_path.iterdir()) == []  # no run directory, no .hydra/
+
+
+def test_pods_read_credentials_from_secrets_by_reference(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    monkeypatch.setenv("JUICEFS_METAURL", METAURL)
+    cfg = config("+cluster.secret_env.AWS_SECRET_ACCESS_KEY=s3-creds:secret",
+                 "serving.k8s.kind=InferenceService")
+    job = next(d for d in ops.render(cfg).docs if d["kind"] == "PaddleJob")  # schema-checked
+    (c,) = job["spec"]["worker"]["template"]["spec"]["containers"]
+    ref = {"name": "AWS_SECRET_ACCESS_KEY",
+           "valueFrom": {"secretKeyRef": {"name": "s3-creds", "key": "secret"}}}
+    assert ref in c["env"]
+    assert ref in predictor_container(ops.render_serving(cfg)[0])["env"]
+    with pytest.raises(RecrunnerError, match="is not <secret name>:<key>"):
+        ops.render(config("+cluster.secret_env.TOKEN=no-key"))

@@ -142,8 +142,11 @@ class ClusterConfig:
     security_context: SecurityContext = field(default_factory=SecurityContext)
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[Toleration] = field(default_factory=list)
-    # Extra environment variables for the training container.
+    # Extra environment variables for the training container (stored in plain text in the
+    # ConfigMap and the PaddleJob: names like *SECRET*, *TOKEN*, *PASSWORD* are refused).
     env: dict[str, str] = field(default_factory=dict)
+    # Variables the pods read from existing Secrets, NAME: <secret name>:<key>.
+    secret_env: dict[str, str] = field(default_factory=dict)
     juicefs: JuiceFSConfig = field(default_factory=JuiceFSConfig)
     # Where the rendered config is mounted in the pods.
     config_mount_path: str = "/etc/recrunner"

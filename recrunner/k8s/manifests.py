@@ -245,6 +245,15 @@ def _resources(res: RoleResources) -> dict[str, Any]:
     return resources(res.cpu, res.memory, res.cpu_limit, res.memory_limit, res.gpus)
 
 
+def secret_env(c: ClusterConfig) -> list[dict[str, Any]]:
+    """cluster.secret_env: variables read from existing Secrets (the value never passes here)."""
+    out = []
+    for name, ref in sorted(c.secret_env.items()):
+        secret, _, key = ref.partition(":")
+        out.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    return out
+
+
 def pod_placement(c: ClusterConfig) -> dict[str, Any]:
     """The pod-spec keys every rendered pod takes from the cluster config."""
     spec: dict[str, Any] = {}
@@ -265,6 +274,7 @@ def pod_template(cfg: RootConfig, names: Names, role: str) -> dict[str, Any]:
     res: RoleResources = getattr(c.resources, role)
     config_path = f"{c.config_mount_path.rstrip('/')}/{CONFIG_FILE}"
     env = pods.env() + [{"name": k, "value": str(v)} for k, v in sorted(c.env.items())]
+    env += secret_env(c)
     tmp_mount, tmp_volume = pods.tmp_volume(c.security_context)
     container: dict[str, Any] = {
         "name": CONTAINER,

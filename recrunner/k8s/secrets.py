@@ -7,6 +7,7 @@ from recrunner import redact as redaction
 from recrunner.config.cluster import JuiceFSConfig
 from recrunner.errors import RecrunnerError
 from recrunner.redact import REDACTED
+
 # Keys of the JuiceFS CSI Secret (community edition) that are credentials.
 SENSITIVE_KEYS = ("metaurl", "access-key", "secret-key")
 REQUIRED_KEYS = ("metaurl",)

@@ -17,7 +17,15 @@ from recrunner.config.serving import ServingKind
 from recrunner.errors import RecrunnerError
 from recrunner.k8s import pods
 from recrunner.k8s.kinds import KSERVE_API, SERVING_API
-from recrunner.k8s.manifests import Names, metadata, names_for, pod_config, pod_placement, resources
+from recrunner.k8s.manifests import (
+    Names,
+    metadata,
+    names_for,
+    pod_config,
+    pod_placement,
+    resources,
+    secret_env,
+)
 from recrunner.k8s.validate import check_abs_path, check_name, parse_quantity
 
 COMPONENT = "serving"
@@ -161,7 +169,7 @@ def inferenceservice(cfg: RootConfig, names: Names) -> dict[str, Any]:
     """A custom predictor: our container, KServe's autoscaling, routing and storage."""
     c, k = cfg.cluster, cfg.serving.k8s
     tmp_mount, tmp_volume = pods.tmp_volume(c.security_context)
-    env = [{"name": "PROTOCOL", "value": PROTOCOL}, *pods.env()]
+    env = [{"name": "PROTOCOL", "value": PROTOCOL}, *pods.env(), *secret_env(c)]
     mounts, volumes = [tmp_mount], [tmp_volume]
     if k.storage_uri:
         # KServe's webhook adds the storage initializer and mounts /mnt/models.

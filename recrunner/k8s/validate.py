@@ -289,9 +289,19 @@ def validate_config(cfg: Any) -> None:
         if t.effect not in (None, "NoSchedule", "PreferNoSchedule", "NoExecute"):
             raise RecrunnerError(f"cluster.tolerations[{i}].effect={t.effect!r} is not "
                                  "NoSchedule, PreferNoSchedule or NoExecute")
-    for key in c.env:
-        if not re.match(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", key):
-            raise RecrunnerError(f"cluster.env.{key} is not a valid environment variable name")
+    for section in ("env", "secret_env"):
+        for key in getattr(c, section):
+            if not re.match(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", key):
+                raise RecrunnerError(f"cluster.{section}.{key} is not a valid environment "
+                                     "variable name")
+    for key, ref in c.secret_env.items():
+        secret, sep, item = ref.partition(":")
+        if not sep or not re.match(r"^[-._a-zA-Z0-9]+$", item):
+            raise RecrunnerError(f"cluster.secret_env.{key}={ref!r} is not <secret name>:<key>")
+        check_name(f"cluster.secret_env.{key} (the Secret)", secret, kind="subdomain")
+    from recrunner.redact import refuse_inline_credentials
+
+    refuse_inline_credentials(cfg)  # also for --config-file, which skips the CLI's check
     check_abs_path("cluster.config_mount_path", c.config_mount_path)
     jfs = c.juicefs
     check_abs_path("cluster.juicefs.mount_path", jfs.mount_path)
