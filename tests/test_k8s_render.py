@@ -393,7 +393,9 @@ def test_rbac_manifests_pass_the_official_schemas() -> None:
     for group, resource in [("", "configmaps"), ("", "secrets"), ("", "persistentvolumeclaims"),
                             ("batch.paddlepaddle.org", "paddlejobs"),
                             ("batch.paddlepaddle.org", "samplesets"),
-                            ("batch.paddlepaddle.org", "samplejobs")]:
+                            ("batch.paddlepaddle.org", "samplejobs"),
+                            ("elasticserving.paddlepaddle.org", "paddleservices"),
+                            ("serving.kserve.io", "inferenceservices")]:
         assert {"get", "create", "patch", "delete"} <= rules[(group, resource)]
     assert "get" in rules[("", "pods/log")]
     assert "watch" in rules[("batch.paddlepaddle.org", "paddlejobs")]  # submit --wait
