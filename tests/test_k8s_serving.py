@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from recrunner.cli import main, run_command
+from recrunner.cli import main
 from recrunner.config.compose import load
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
@@ -172,12 +172,6 @@ def test_serve_config_errors_are_one_line(overrides: list[str], message: str,
     assert "Traceback" not in captured.err and captured.out == ""
 
 
-def test_serve_dry_run_prints_only_the_resource(capsys: pytest.CaptureFixture) -> None:
-    assert run_command("serve", [*BASE, *ISVC, "--dry-run"]) == 0
-    doc = yaml.safe_load(capsys.readouterr().out)
-    assert doc["kind"] == "InferenceService"
-
-
 # --- apply, status, delete against the REST double -----------------------------------------
 
 def test_serve_applies_status_shows_delete_removes(kube: FakeKube,
@@ -225,7 +219,6 @@ def test_serve_applies_status_shows_delete_removes(kube: FakeKube,
 
 
 def test_delete_all_removes_serving_first(kube: FakeKube) -> None:
-    assert recrun("submit") == 0
     from recrunner.serving.k8s import apply, render_service
 
     cfg = config()
@@ -233,8 +226,10 @@ def test_delete_all_removes_serving_first(kube: FakeKube) -> None:
     kube.requests.clear()
     assert recrun("delete", "--all") == 0
     assert kube.objects == {}
-    assert [p.rsplit("/", 2)[-2] for _, p in mutations(kube)][:2] == ["paddleservices",
-                                                                     "paddlejobs"]
+    # Serving first (it reads the volume), then what submit creates, in reverse apply order.
+    assert [p.rsplit("/", 2)[-2] for _, p in mutations(kube)] == [
+        "paddleservices", "paddlejobs", "configmaps", "persistentvolumeclaims",
+        "persistentvolumes", "secrets"]
 
 
 def test_without_kserve_installed(kube: FakeKube, capsys: pytest.CaptureFixture) -> None:
