@@ -10,6 +10,7 @@ from types import ModuleType
 
 from recrunner import __version__
 from recrunner.errors import Interrupted, RecrunnerError, TargetNotReached
+from recrunner.redact import install_log_scrubber, refuse_inline_credentials, scrub
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,7 @@ def run_command(name: str, argv: Sequence[str]) -> int:
     from recrunner.config.compose import load, normalize_overrides, to_typed
 
     cmd = COMMANDS[name]
+    install_log_scrubber()  # credentials never reach a log line
     module = importlib.import_module(cmd.module)
     # Config commands print their own --help (groups and keys); the others, argparse's.
     parser = argparse.ArgumentParser(prog=f"recrun {name}", add_help=not cmd.uses_config)
@@ -143,6 +145,7 @@ def run_command(name: str, argv: Sequence[str]) -> int:
         # Fail fast with one line (typos, types, ranges, the command's own input checks)
         # before Hydra creates the run directory.
         checked = load(overrides)
+        refuse_inline_credentials(checked)
         if hasattr(module, "check"):
             module.check(checked)
 
@@ -167,7 +170,7 @@ def run_command(name: str, argv: Sequence[str]) -> int:
                 cfg.runner.output_dir = HydraConfig.get().runtime.output_dir
             codes.append(module.run(cfg, args) or 0)
         except RecrunnerError as exc:
-            print(f"recrun {name}: error: {exc}", file=sys.stderr)
+            print(f"recrun {name}: error: {scrub(str(exc))}", file=sys.stderr)
             codes.append(exc.exit_code)
         objective = getattr(module, "objective", None)
         # A run that missed runner.target_auc is complete: its AUC still counts.
@@ -204,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         sys.exit(run_command(name, argv[1:]))
     except RecrunnerError as exc:
-        print(f"recrun {name}: error: {exc}", file=sys.stderr)
+        print(f"recrun {name}: error: {scrub(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:  # outside a run (which reports where it stopped)
         print(f"recrun {name}: interrupted", file=sys.stderr)

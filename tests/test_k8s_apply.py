@@ -43,8 +43,9 @@ SERVED: dict[str, list[tuple[str, str, bool]]] = {
     "batch.paddlepaddle.org/v1alpha1": [("samplesets", "SampleSet", True),
                                         ("samplejobs", "SampleJob", True)],
     "elasticserving.paddlepaddle.org/v1": [("paddleservices", "PaddleService", True)],
+    "serving.kserve.io/v1beta1": [("inferenceservices", "InferenceService", True)],
 }
-CRD_GROUPS = ("batch.paddlepaddle.org", "elasticserving.paddlepaddle.org")
+CRD_GROUPS = ("batch.paddlepaddle.org", "elasticserving.paddlepaddle.org", "serving.kserve.io")
 OBJECT = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<gv>[^/]+/[^/]+))/"
                     r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?"
                     r"(?P<log>/log)?$")
@@ -69,6 +70,7 @@ class FakeKube:
     requests: list[Request] = field(default_factory=list)
     namespaces: set[str] = field(default_factory=lambda: {"default", "ctr"})
     crds_installed: bool = True
+    missing_groups: set[str] = field(default_factory=set)  # API groups not installed
     # (method, plural) -> (status, reason, message): answer with this error instead.
     fail: dict[tuple[str, str], tuple[int, str, str]] = field(default_factory=dict)
     # Phases a watch on a PaddleJob reports, one event each (ADDED, then MODIFIED).
@@ -84,6 +86,8 @@ class FakeKube:
         return self.objects[(plural, name)]
 
     def served(self, group_version: str) -> bool:
+        if group_version.split("/")[0] in self.missing_groups:
+            return False
         return self.crds_installed or not group_version.startswith(CRD_GROUPS)
 
 

@@ -129,7 +129,8 @@ def test_collective_job_structure() -> None:
     pod = spec["worker"]["template"]["spec"]
     assert "schedulerName" not in pod
     assert pod["securityContext"] == {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
-                                      "runAsNonRoot": True}
+                                      "runAsNonRoot": True,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}
     assert pod["nodeSelector"] == {"pool": "gpu"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists",
                                    "effect": "NoSchedule"}]
@@ -140,7 +141,8 @@ def test_collective_job_structure() -> None:
     assert c["resources"]["requests"] == {"cpu": "4", "memory": "8Gi"}
     assert {"name": "LOG_LEVEL", "value": "debug"} in c["env"]
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    assert mounts == {"config": "/etc/recrunner", "dshm": "/dev/shm", "models": "/mnt/models"}
+    assert mounts == {"config": "/etc/recrunner", "dshm": "/dev/shm", "models": "/mnt/models",
+                      "tmp": "/tmp"}
     vols = {v["name"]: v for v in pod["volumes"]}
     assert vols["config"]["configMap"]["name"] == "wide-deep-synth-config"
     assert vols["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "2Gi"}
@@ -391,7 +393,9 @@ def test_rbac_manifests_pass_the_official_schemas() -> None:
     for group, resource in [("", "configmaps"), ("", "secrets"), ("", "persistentvolumeclaims"),
                             ("batch.paddlepaddle.org", "paddlejobs"),
                             ("batch.paddlepaddle.org", "samplesets"),
-                            ("batch.paddlepaddle.org", "samplejobs")]:
+                            ("batch.paddlepaddle.org", "samplejobs"),
+                            ("elasticserving.paddlepaddle.org", "paddleservices"),
+                            ("serving.kserve.io", "inferenceservices")]:
         assert {"get", "create", "patch", "delete"} <= rules[(group, resource)]
     assert "get" in rules[("", "pods/log")]
     assert "watch" in rules[("batch.paddlepaddle.org", "paddlejobs")]  # submit --wait

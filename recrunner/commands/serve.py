@@ -1,4 +1,5 @@
-"""`recrun serve`: serve an export over HTTP here, or (cluster=k8s) ship it as a PaddleService."""
+"""`recrun serve`: serve an export over HTTP here, or (cluster=k8s) ship it as a PaddleService
+or a KServe InferenceService (serving.k8s.kind)."""
 
 import argparse
 import logging
@@ -16,18 +17,27 @@ if TYPE_CHECKING:
 KEYS = ["serving.model_dir", "runner.output_dir", "serving.host", "serving.port",
         "serving.max_batch_rows", "serving.batch_wait_ms", "serving.workers", "serving.threads",
         "serving.max_body_bytes", "serving.request_timeout_s", "cluster.name",
-        "serving.k8s.image", "serving.k8s.bundle_url", "serving.k8s.min_scale",
-        "serving.k8s.max_scale", "serving.k8s.metric", "serving.k8s.target"]
+        "serving.k8s.kind", "serving.k8s.image", "serving.k8s.bundle_url",
+        "serving.k8s.storage_uri", "serving.k8s.min_scale", "serving.k8s.max_scale",
+        "serving.k8s.metric", "serving.k8s.target"]
 
 log = logging.getLogger("recrunner.serve")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true",
-                        help="cluster=k8s: print the PaddleService; contact no server and write "
-                             "nothing (unless --bundle)")
+                        help="cluster=k8s: print the serving resource; contact no server and "
+                             "write nothing (unless --bundle)")
     parser.add_argument("--bundle", action="store_true",
                         help="cluster=k8s with --dry-run: also pack the Paddle Serving bundle")
+
+
+def check(cfg: RootConfig) -> None:
+    """cluster=k8s: the serving resource's cross-key checks, before Hydra starts the run."""
+    if str(cfg.cluster.name) == "k8s":
+        from recrunner.k8s.serving import validate_serving
+
+        validate_serving(cfg)
 
 
 def model_dir(cfg: RootConfig) -> Path:

@@ -3,6 +3,8 @@
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from recrunner.config.checks import at_least
+
 
 class ClusterName(StrEnum):
     local = "local"
@@ -23,7 +25,8 @@ class CleanPodPolicy(StrEnum):
 
 
 class Intranet(StrEnum):
-    """How the operator wires pod endpoints: pod IPs, one headless Service per pod, host network."""
+    """How the operator wires pod endpoints: pod IPs, one headless Service per pod, host network
+    (refused: the pods would not meet the Pod Security Standards)."""
 
     PodIP = "PodIP"
     Service = "Service"
@@ -53,11 +56,26 @@ class Resources:
 
 @dataclass
 class SecurityContext:
-    # null leaves the image's user; the k8s/Dockerfile image runs as 1000:1000.
+    """Every pod recrunner renders meets the Pod Security Standards "restricted" profile:
+    non-root, no privilege escalation, all capabilities dropped, RuntimeDefault seccomp. These
+    keys choose the user and whether the root filesystem is read-only (then /tmp and the
+    output directory are writable volumes)."""
+
+    # null leaves the image's user (it must not be root); k8s/Dockerfile runs as 1000:1000.
     run_as_user: int | None = None
     run_as_group: int | None = None
     fs_group: int | None = None
-    run_as_non_root: bool | None = None
+    # The restricted profile requires true; kept as a key so that old configs still load.
+    run_as_non_root: bool = True
+    read_only_root_filesystem: bool = True
+    # Size limit of the writable /tmp emptyDir (HOME points there: caches go to /tmp).
+    tmp_size: str = "1Gi"
+
+    def __post_init__(self) -> None:
+        at_least("cluster.security_context", self, run_as_user=1, run_as_group=0, fs_group=0)
+        if not self.run_as_non_root:
+            raise ValueError("cluster.security_context.run_as_non_root=false: the Pod Security "
+                             "Standards restricted profile requires non-root pods")
 
 
 @dataclass
@@ -124,8 +142,11 @@ class ClusterConfig:
     security_context: SecurityContext = field(default_factory=SecurityContext)
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[Toleration] = field(default_factory=list)
-    # Extra environment variables for the training container.
+    # Extra environment variables for the training container (stored in plain text in the
+    # ConfigMap and the PaddleJob: names like *SECRET*, *TOKEN*, *PASSWORD* are refused).
     env: dict[str, str] = field(default_factory=dict)
+    # Variables the pods read from existing Secrets, NAME: <secret name>:<key>.
+    secret_env: dict[str, str] = field(default_factory=dict)
     juicefs: JuiceFSConfig = field(default_factory=JuiceFSConfig)
     # Where the rendered config is mounted in the pods.
     config_mount_path: str = "/etc/recrunner"
@@ -134,3 +155,9 @@ class ClusterConfig:
     # Upstream CRDs to validate custom resources against (null: the copies shipped in
     # recrunner/k8s/crds; a directory without one for a kind skips that kind's check, noted).
     crd_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.intranet == Intranet.Host:
+            raise ValueError("cluster.intranet=Host puts the pods on the host network, which "
+                             "the Pod Security Standards (baseline and restricted) forbid: use "
+                             "PodIP or Service")

@@ -7,7 +7,8 @@ from recrunner.config.checks import at_least, matches, positive, within
 
 
 class ScaleMetric(StrEnum):
-    """What Knative scales a PaddleService on (the CRD's enum)."""
+    """What the autoscaler scales on (in both CRDs' enums: PaddleService's Knative metric,
+    InferenceService's scaleMetric)."""
 
     concurrency = "concurrency"
     rps = "rps"
@@ -21,11 +22,20 @@ class EngineName(StrEnum):
     onnx = "onnx"
 
 
+class ServingKind(StrEnum):
+    """The serving resource `recrun serve cluster=k8s` applies."""
+
+    PaddleService = "PaddleService"  # ElasticServing (elasticserving.paddlepaddle.org/v1)
+    InferenceService = "InferenceService"  # KServe (serving.kserve.io/v1beta1), custom predictor
+
+
 @dataclass
 class ServingK8sConfig:
-    """The PaddleService (elasticserving.paddlepaddle.org/v1) of `recrun serve cluster=k8s`."""
+    """The serving resource of `recrun serve cluster=k8s`: an ElasticServing PaddleService or a
+    KServe InferenceService running `recrun serve`."""
 
-    # DNS-1123 name; null: <model.name>-serving with '_' turned into '-'.
+    kind: ServingKind = ServingKind.PaddleService
+    # DNS-1035 name; null: <model.name>-serving with '_' turned into '-'.
     name: str | None = None
     # null: cluster.namespace.
     namespace: str | None = None
@@ -35,12 +45,20 @@ class ServingK8sConfig:
     image: str | None = None
     tag: str = "latest"
     port: int = 9292
-    # Where pods fetch the bundle (fsspec URL of serving_bundle.tar.gz, e.g. s3://b/x.tar.gz);
-    # null: the export is read in place from model_path (e.g. a mounted JuiceFS volume).
+    # PaddleService: where pods fetch the bundle (fsspec URL of serving_bundle.tar.gz, e.g.
+    # s3://b/x.tar.gz); null: the export is read in place from model_path on the JuiceFS
+    # volume (cluster.juicefs), mounted read-only.
     bundle_url: str | None = None
-    # Export directory inside the pod when bundle_url is null; null: <runner.output_dir>/export.
+    # InferenceService: a KServe storage URI (s3://, gs://, pvc://<claim>/<path>, https://...
+    # of the export directory or its tarball) that KServe's storage initializer puts in
+    # /mnt/models; null: the export is read in place from model_path on the JuiceFS volume.
+    storage_uri: str | None = None
+    # Export directory inside the pod on the JuiceFS volume; null: the training job's
+    # <output dir>/export (cluster.juicefs.mount_path/<job name>/export, as `recrun submit`
+    # writes it).
     model_path: str | None = None
-    # Knative autoscaling of the default endpoint.
+    # Autoscaling: PaddleService minScale/maxScale (Knative), InferenceService
+    # minReplicas/maxReplicas (0: scale to zero, serverless mode only).
     min_scale: int = 1
     max_scale: int = 4
     metric: ScaleMetric = ScaleMetric.concurrency
@@ -52,6 +70,17 @@ class ServingK8sConfig:
     # null: the requests.
     cpu_limit: str | None = None
     memory_limit: str | None = None
+    # Size limit of the writable /tmp (an emptyDir: the root filesystem is read-only).
+    tmp_size: str = "1Gi"
+
+    def __post_init__(self) -> None:
+        at_least("serving.k8s", self, min_scale=0, max_scale=1, target=1)
+        within("serving.k8s", self, "port", 1, 65535)
+        if self.max_scale < self.min_scale:
+            raise ValueError(f"serving.k8s.max_scale={self.max_scale} is below "
+                             f"serving.k8s.min_scale={self.min_scale}")
+        if self.metric == ScaleMetric.cpu:
+            within("serving.k8s", self, "target", 1, 100)  # a CPU percentage
 
 
 @dataclass

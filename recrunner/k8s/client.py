@@ -22,7 +22,7 @@ from typing import Any
 
 from recrunner.errors import RecrunnerError
 from recrunner.k8s.kinds import BY_NAME
-from recrunner.k8s.secrets import REDACTED
+from recrunner.k8s.secrets import scrub
 
 FIELD_MANAGER = "recrunner"
 # Conflicts are forced: the config is the source of truth for every field recrunner sets (as
@@ -106,9 +106,7 @@ class Kube:
     # --- errors ----------------------------------------------------------------------------
 
     def _scrub(self, text: str) -> str:
-        for value in self._secrets:
-            text = text.replace(value, REDACTED)
-        return text
+        return scrub(text, self._secrets)
 
     def _error(self, exc: Exception, action: str, ref: Ref) -> RecrunnerError:
         from kubernetes.client.exceptions import ApiException
@@ -202,14 +200,19 @@ class Kube:
                 return "not found"
             raise self._error(exc, "delete", ref) from exc
 
-    def get(self, ref: Ref) -> dict[str, Any] | None:
-        """The object as a plain dict, or None when it does not exist."""
+    def get(self, ref: Ref, kind_optional: bool = False) -> dict[str, Any] | None:
+        """The object as a plain dict, or None when it does not exist (`kind_optional`: also
+        when the cluster does not serve its kind, e.g. KServe is not installed)."""
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
         try:
             resp = self._resource(ref).get(name=ref.name, namespace=ref.namespace,
                                            serialize=False)
             return json.loads(resp.data)
         except Exception as exc:
             if self._missing_object(exc, ref):
+                return None
+            if kind_optional and isinstance(exc, ResourceNotFoundError):
                 return None
             raise self._error(exc, "read", ref) from exc
 

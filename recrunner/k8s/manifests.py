@@ -14,7 +14,7 @@ import yaml
 from recrunner.config.cluster import ClusterConfig, RoleResources, Scheduler, Toleration
 from recrunner.config.mode import ModeName
 from recrunner.config.schema import RootConfig
-from recrunner.k8s import elastic
+from recrunner.k8s import elastic, pods
 from recrunner.k8s.kinds import PADDLE_API, SAMPLE_API, SUBMIT_ORDER
 from recrunner.k8s.validate import to_dns_label
 
@@ -36,11 +36,16 @@ class Names:
     pvc: str
     sampleset: str | None
     samplejob: str | None
+    serving: str  # the PaddleService / InferenceService of `recrun serve`
     etcd: str | None = None  # mode.elastic's own etcd Deployment and Service
 
 
 def job_name(cfg: RootConfig) -> str:
     return cfg.cluster.job_name or to_dns_label(f"{cfg.model.name}-{cfg.dataset.name}")
+
+
+def serving_name(cfg: RootConfig) -> str:
+    return cfg.serving.k8s.name or to_dns_label(f"{cfg.model.name}-serving", 63)
 
 
 def names_for(cfg: RootConfig) -> Names:
@@ -59,6 +64,7 @@ def names_for(cfg: RootConfig) -> Names:
         pvc=f"{job}-models",
         sampleset=ss.name or None,
         samplejob=f"{job}-{ss.job}" if has_job else None,
+        serving=serving_name(cfg),
         etcd=elastic.etcd_service_name(job) if cfg.mode.elastic.enabled
         and cfg.mode.elastic.etcd is None else None,
     )
@@ -74,21 +80,21 @@ def job_roles(cfg: RootConfig) -> dict[str, int]:
     return {"worker": 1}  # local: one trainer, run on the cluster
 
 
-def labels(names: Names, component: str) -> dict[str, str]:
+def labels(names: Names, component: str, instance: str | None = None) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": APP,
-        "app.kubernetes.io/instance": names.job,
+        "app.kubernetes.io/instance": instance or names.job,
         "app.kubernetes.io/component": component,
         "app.kubernetes.io/managed-by": APP,
     }
 
 
-def metadata(name: str, names: Names, component: str, *, namespaced: bool = True
-             ) -> dict[str, Any]:
+def metadata(name: str, names: Names, component: str, *, namespaced: bool = True,
+             namespace: str | None = None, instance: str | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name}
     if namespaced:
-        meta["namespace"] = names.namespace
-    meta["labels"] = labels(names, component)
+        meta["namespace"] = namespace or names.namespace
+    meta["labels"] = labels(names, component, instance)
     return meta
 
 
@@ -229,28 +235,50 @@ def samplejob(cfg: RootConfig, names: Names) -> dict[str, Any]:
     }
 
 
+def resources(cpu: str, memory: str, cpu_limit: str | None, memory_limit: str | None,
+              gpus: int = 0) -> dict[str, Any]:
+    """Requests, and limits defaulting to them (Guaranteed QoS); GPUs go in limits only."""
+    limits: dict[str, Any] = {"cpu": cpu_limit or cpu, "memory": memory_limit or memory}
+    if gpus:
+        limits["nvidia.com/gpu"] = gpus
+    return {"requests": {"cpu": cpu, "memory": memory}, "limits": limits}
+
+
 def _resources(res: RoleResources) -> dict[str, Any]:
-    requests = {"cpu": res.cpu, "memory": res.memory}
-    limits: dict[str, Any] = {"cpu": res.cpu_limit or res.cpu,
-                              "memory": res.memory_limit or res.memory}
-    if res.gpus:
-        limits["nvidia.com/gpu"] = res.gpus
-    return {"requests": requests, "limits": limits}
+    return resources(res.cpu, res.memory, res.cpu_limit, res.memory_limit, res.gpus)
 
 
-def _security_context(cluster: ClusterConfig) -> dict[str, Any]:
-    sc = cluster.security_context
-    entry = {"runAsUser": sc.run_as_user, "runAsGroup": sc.run_as_group,
-             "fsGroup": sc.fs_group, "runAsNonRoot": sc.run_as_non_root}
-    return {k: v for k, v in entry.items() if v is not None}
+def secret_env(c: ClusterConfig) -> list[dict[str, Any]]:
+    """cluster.secret_env: variables read from existing Secrets (the value never passes here)."""
+    out = []
+    for name, ref in sorted(c.secret_env.items()):
+        secret, _, key = ref.partition(":")
+        out.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    return out
+
+
+def pod_placement(c: ClusterConfig) -> dict[str, Any]:
+    """The pod-spec keys every rendered pod takes from the cluster config."""
+    spec: dict[str, Any] = {}
+    if c.service_account:
+        spec["serviceAccountName"] = c.service_account
+    spec["securityContext"] = pods.pod_security_context(c.security_context)
+    if c.node_selector:
+        spec["nodeSelector"] = dict(c.node_selector)
+    if c.tolerations:
+        spec["tolerations"] = _tolerations(c.tolerations)
+    if c.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in c.image_pull_secrets]
+    return spec
 
 
 def pod_template(cfg: RootConfig, names: Names, role: str) -> dict[str, Any]:
     c = cfg.cluster
     res: RoleResources = getattr(c.resources, role)
     config_path = f"{c.config_mount_path.rstrip('/')}/{CONFIG_FILE}"
-    env = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
-    env += [{"name": k, "value": str(v)} for k, v in sorted(c.env.items())]
+    env = pods.env() + [{"name": k, "value": str(v)} for k, v in sorted(c.env.items())]
+    env += secret_env(c)
+    tmp_mount, tmp_volume = pods.tmp_volume(c.security_context)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": c.image,
@@ -258,10 +286,12 @@ def pod_template(cfg: RootConfig, names: Names, role: str) -> dict[str, Any]:
         "command": ["recrun", "train", "--config-file", config_path],
         "env": env,
         "resources": _resources(res),
+        "securityContext": pods.container_security_context(c.security_context),
         "volumeMounts": [
             {"name": "config", "mountPath": c.config_mount_path, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "models", "mountPath": c.juicefs.mount_path},
+            tmp_mount,
         ],
     }
     spec: dict[str, Any] = {}
@@ -269,22 +299,13 @@ def pod_template(cfg: RootConfig, names: Names, role: str) -> dict[str, Any]:
         spec["schedulerName"] = "volcano"
     elif c.priority_class:
         spec["priorityClassName"] = c.priority_class
-    if c.service_account:
-        spec["serviceAccountName"] = c.service_account
-    security = _security_context(c)
-    if security:
-        spec["securityContext"] = security
-    if c.node_selector:
-        spec["nodeSelector"] = dict(c.node_selector)
-    if c.tolerations:
-        spec["tolerations"] = _tolerations(c.tolerations)
-    if c.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": n} for n in c.image_pull_secrets]
+    spec.update(pod_placement(c))
     spec["containers"] = [container]
     spec["volumes"] = [
         {"name": "config", "configMap": {"name": names.configmap}},
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": res.shm_size}},
         {"name": "models", "persistentVolumeClaim": {"claimName": names.pvc}},
+        tmp_volume,
     ]
     return {"metadata": {"labels": labels(names, role)}, "spec": spec}
 

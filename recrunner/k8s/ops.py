@@ -10,6 +10,7 @@ from typing import Any
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
 from recrunner.k8s import manifests, secrets, validate
+from recrunner.k8s import serving as serving_k8s
 from recrunner.k8s.client import Ref
 from recrunner.k8s.kinds import BY_NAME, SUBMIT_ORDER
 from recrunner.k8s.manifests import Names
@@ -53,6 +54,23 @@ def render(cfg: RootConfig, dry_run: bool = False) -> Rendered:
     return Rendered(docs, manifests.names_for(cfg), values, notes)
 
 
+def render_serving(cfg: RootConfig) -> tuple[dict[str, Any], list[str]]:
+    """The serving resource (serving.k8s.kind), validated against its schema; and the notes
+    on what was skipped."""
+    doc = serving_k8s.render(cfg)
+    check_no_leaks([doc], secrets.known_values(cfg.cluster.juicefs))
+    notes = validate.validate_documents([doc], crd_dir(cfg))
+    if doc["kind"] == "PaddleService":
+        notes.append(f"{doc['kind']}/{doc['metadata']['name']}: ElasticServing's CRD has no "
+                     "securityContext, so its pods are not restricted (Pod Security "
+                     "Standards); serving.k8s.kind=InferenceService renders restricted pods")
+    return doc, notes
+
+
+def serving_ref(cfg: RootConfig, names: Names) -> Ref:
+    return Ref.to(str(cfg.serving.k8s.kind), names.serving, serving_k8s.namespace(cfg))
+
+
 def redacted(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for doc in docs:
@@ -94,23 +112,30 @@ def validate_names(cfg: RootConfig) -> Names:
     names = manifests.names_for(cfg)
     validate.check_name("cluster.job_name", names.job, kind="dns1035",
                         max_len=validate.JOB_NAME_MAX)
+    validate.check_name("serving.k8s.name", names.serving, kind="dns1035")
+    validate.check_name("serving.k8s.namespace", serving_k8s.namespace(cfg))
     return names
 
 
-def targets(cfg: RootConfig, names: Names, keep_data: bool) -> list[Ref]:
-    """What `recrun delete` removes: what submit applies, in reverse order.
+def targets(cfg: RootConfig, names: Names, keep_data: bool, job: bool = True,
+            serving: bool = False) -> list[Ref]:
+    """What `recrun delete` removes: the serving resource (`serving`; first: it reads the
+    model volume), then what submit applies (`job`), in reverse order.
 
     A Secret recrunner did not create (cluster.juicefs.create_secret=false) is left alone;
     keep_data also keeps the kinds the table marks (the SampleSet cache, the model volume and
     its Secret).
     """
+    refs = [serving_ref(cfg, names)] if serving else []
+    if not job:
+        return refs
     created = {"Secret": names.secret if cfg.cluster.juicefs.create_secret else None,
                "PersistentVolume": names.pv, "PersistentVolumeClaim": names.pvc,
                "ConfigMap": names.configmap, "SampleSet": names.sampleset,
                "SampleJob": names.samplejob, "Deployment": names.etcd, "Service": names.etcd,
                "PaddleJob": names.job}
-    return [Ref.to(kind, name, names.namespace) for kind in reversed(SUBMIT_ORDER)
-            if (name := created[kind]) and not (keep_data and BY_NAME[kind].keep_data)]
+    return refs + [Ref.to(kind, name, names.namespace) for kind in reversed(SUBMIT_ORDER)
+                   if (name := created[kind]) and not (keep_data and BY_NAME[kind].keep_data)]
 
 
 def note(text: str) -> None:

@@ -3,10 +3,11 @@
 import os
 from pathlib import Path
 
+from recrunner import redact as redaction
 from recrunner.config.cluster import JuiceFSConfig
 from recrunner.errors import RecrunnerError
+from recrunner.redact import REDACTED
 
-REDACTED = "<redacted>"
 # Keys of the JuiceFS CSI Secret (community edition) that are credentials.
 SENSITIVE_KEYS = ("metaurl", "access-key", "secret-key")
 REQUIRED_KEYS = ("metaurl",)
@@ -69,6 +70,7 @@ def juicefs_secret_data(jfs: JuiceFSConfig, placeholders: bool = False) -> dict[
                 "cluster.juicefs.create_secret=false with an existing cluster.juicefs.secret_name")
     if not data.get("name"):
         raise RecrunnerError("cluster.juicefs.fs_name is empty")
+    redaction.register(sensitive_values(data))  # kept out of every error and log from now on
     return {k: v for k, v in data.items() if v}
 
 
@@ -84,3 +86,18 @@ def redact(data: dict[str, str]) -> dict[str, str]:
     """Credentials hidden; a dry run's placeholders shown (they say what to set)."""
     return {k: (REDACTED if k in SENSITIVE_KEYS and not is_placeholder(v) else v)
             for k, v in data.items()}
+
+
+def known_values(jfs: JuiceFSConfig) -> tuple[str, ...]:
+    """The credentials this machine holds for the config (environment or secrets file), so
+    that output which may echo them (API errors, objects' status) can be scrubbed; none when
+    they are unset or unreadable."""
+    try:
+        data = juicefs_secret_data(jfs, placeholders=True)
+    except RecrunnerError:
+        return ()
+    return tuple(sensitive_values(data))
+
+
+def scrub(text: str, values: tuple[str, ...]) -> str:
+    return redaction.scrub(text, sorted(values, key=len, reverse=True))

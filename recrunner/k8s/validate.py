@@ -113,29 +113,52 @@ def default_crd_dir() -> Path:
     return Path(__file__).resolve().parent / "crds"
 
 
-@lru_cache(maxsize=8)
-def load_crd_schemas(crd_dir: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """(apiVersion, kind) -> openAPIV3Schema, from every CRD file in the directory."""
+def _schemas_in(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> openAPIV3Schema of every CRD in one file."""
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     schemas: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted(Path(crd_dir).glob("*.yaml")):
-        for crd in yaml.load_all(path.read_text(), Loader=loader):
-            if not crd or crd.get("kind") != "CustomResourceDefinition":
-                continue
-            spec = crd["spec"]
-            # apiextensions v1beta1 CRDs (PaddleService) keep one schema in spec.validation.
-            shared = (spec.get("validation") or {}).get("openAPIV3Schema")
-            versions = spec.get("versions") or [{"name": spec.get("version")}]
-            for version in versions:
-                schema = (version.get("schema") or {}).get("openAPIV3Schema") or shared
-                key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
-                # The first file wins: paddlejob.crd.yaml (with sampleSetRef) sorts before the
-                # v0.3.5 release copy.
-                if schema and key not in schemas:
-                    schemas[key] = schema
+    for crd in yaml.load_all(path.read_text(), Loader=loader):
+        if not crd or crd.get("kind") != "CustomResourceDefinition":
+            continue
+        spec = crd["spec"]
+        # apiextensions v1beta1 CRDs (PaddleService) keep one schema in spec.validation.
+        shared = (spec.get("validation") or {}).get("openAPIV3Schema")
+        versions = spec.get("versions") or [{"name": spec.get("version")}]
+        for version in versions:
+            schema = (version.get("schema") or {}).get("openAPIV3Schema") or shared
+            key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
+            if schema and key not in schemas:
+                schemas[key] = schema
     return schemas
+
+
+@lru_cache(maxsize=8)
+def load_crd_schemas(crd_dir: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> openAPIV3Schema, from every CRD file in the directory."""
+    schemas: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in sorted(Path(crd_dir).glob("*.yaml")):
+        for key, schema in _schemas_in(path).items():
+            # The first file wins: paddlejob.crd.yaml (with sampleSetRef) sorts before the
+            # v0.3.5 release copy.
+            schemas.setdefault(key, schema)
+    return schemas
+
+
+@lru_cache(maxsize=32)
+def load_crd_schema(crd_dir: str, api_version: str, kind: str) -> dict[str, Any] | None:
+    """One kind's schema; only files that mention its group and kind are parsed (KServe's
+    InferenceService CRD alone is 2 MB: a PaddleJob check should not pay for it)."""
+    group = api_version.rpartition("/")[0]
+    for path in sorted(Path(crd_dir).glob("*.yaml")):
+        text = path.read_text()
+        if f"group: {group}" not in text or f"kind: {kind}" not in text:
+            continue
+        schema = _schemas_in(path).get((api_version, kind))
+        if schema is not None:
+            return schema
+    return None
 
 
 def _unknown_fields(value: Any, schema: dict[str, Any], path: list[Any]) -> list[Any] | None:
@@ -168,7 +191,7 @@ def validate_custom(doc: dict[str, Any], crd_dir: Path) -> bool:
     """A custom resource against its upstream CRD; False when no CRD for it is at hand."""
     import jsonschema
 
-    schema = load_crd_schemas(str(crd_dir)).get((doc.get("apiVersion", ""), doc.get("kind", "")))
+    schema = load_crd_schema(str(crd_dir), doc.get("apiVersion", ""), doc.get("kind", ""))
     if schema is None:
         return False
     errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(doc),
@@ -266,9 +289,19 @@ def validate_config(cfg: Any) -> None:
         if t.effect not in (None, "NoSchedule", "PreferNoSchedule", "NoExecute"):
             raise RecrunnerError(f"cluster.tolerations[{i}].effect={t.effect!r} is not "
                                  "NoSchedule, PreferNoSchedule or NoExecute")
-    for key in c.env:
-        if not re.match(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", key):
-            raise RecrunnerError(f"cluster.env.{key} is not a valid environment variable name")
+    for section in ("env", "secret_env"):
+        for key in getattr(c, section):
+            if not re.match(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", key):
+                raise RecrunnerError(f"cluster.{section}.{key} is not a valid environment "
+                                     "variable name")
+    for key, ref in c.secret_env.items():
+        secret, sep, item = ref.partition(":")
+        if not sep or not re.match(r"^[-._a-zA-Z0-9]+$", item):
+            raise RecrunnerError(f"cluster.secret_env.{key}={ref!r} is not <secret name>:<key>")
+        check_name(f"cluster.secret_env.{key} (the Secret)", secret, kind="subdomain")
+    from recrunner.redact import refuse_inline_credentials
+
+    refuse_inline_credentials(cfg)  # also for --config-file, which skips the CLI's check
     check_abs_path("cluster.config_mount_path", c.config_mount_path)
     jfs = c.juicefs
     check_abs_path("cluster.juicefs.mount_path", jfs.mount_path)
