@@ -116,9 +116,10 @@ class Tracker:
             return None
 
     def update(self, step: int, epoch: int) -> None:
+        # Every step: atomic but not synced (a hint for the restart record, not state).
         atomic.write_json(self.file, {"job_id": self.job_id, "world_size": self.world,
                                       "step": step, "epoch": epoch, "time": time.time()},
-                          "elastic_progress")
+                          "elastic_progress", sync=False)
 
     def record_restart(self, resumed_step: int) -> dict[str, Any] | None:
         """A metrics.jsonl row (trigger "restart") when an earlier incarnation ran."""
