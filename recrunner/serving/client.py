@@ -10,7 +10,7 @@ import json
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,19 +206,7 @@ def run_load(url: str, requests: Sequence[Request], iterations: int, warmup: int
         finally:
             conn.close()
 
-    for total, measured in ((warmup, False), (iterations, True)):
-        if total <= 0:
-            continue
-        jobs = itertools.count()  # next() on a count is atomic under the GIL
-        threads = [threading.Thread(target=client, args=(jobs, total, measured), daemon=True)
-                   for _ in range(concurrency)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if measured:
-            result.wall_s = time.perf_counter() - t0
+    _drive(client, warmup, iterations, concurrency, result)
     return result
 
 
@@ -282,10 +270,18 @@ def run_grpc_load(target: str, calls: Sequence[GrpcCall], iterations: int, warmu
                         result.errors += 1
                         result.first_error = result.first_error or error
 
+    _drive(client, warmup, iterations, concurrency, result)
+    return result
+
+
+def _drive(client: Callable[["itertools.count[int]", int, bool], None], warmup: int,
+           iterations: int, concurrency: int, result: Any) -> None:
+    """Run `client(jobs, total, measured)` in `concurrency` threads, the warm-up then the
+    measured requests; the measured pass's wall time goes to `result.wall_s`."""
     for total, measured in ((warmup, False), (iterations, True)):
         if total <= 0:
             continue
-        jobs = itertools.count()
+        jobs = itertools.count()  # next() on a count is atomic under the GIL
         threads = [threading.Thread(target=client, args=(jobs, total, measured), daemon=True)
                    for _ in range(concurrency)]
         t0 = time.perf_counter()
@@ -295,4 +291,3 @@ def run_grpc_load(target: str, calls: Sequence[GrpcCall], iterations: int, warmu
             t.join()
         if measured:
             result.wall_s = time.perf_counter() - t0
-    return result
