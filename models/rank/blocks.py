@@ -16,6 +16,11 @@ import paddle
 import paddle.nn as nn
 import paddle.nn.functional as F
 
+from recrunner.errors import RecrunnerError
+
+# Mixes a crossed pair's first id before the second is added: pairs land in unrelated rows.
+CROSS_MULTIPLIER = 2_654_435_761
+
 
 class IdTable(nn.Embedding):
     """nn.Embedding (same parameter) that, training in dygraph with sparse gradients, looks up
@@ -176,3 +181,54 @@ def decayed_id_table(number: int, width: int, sparse: bool, init_scale: float,
         initializer=nn.initializer.Uniform(-init_scale, init_scale)))
     table.row_l2 = row_l2
     return table
+
+
+class WideCrosses(IdTable):
+    """The Wide & Deep paper's cross-product transformations, for any model's logit: each
+    listed pair of single-valued fields gets a weight per (id, id) pair, hashed into `buckets`
+    rows of its own sparse table (an embedding model's dim-d vectors cannot hold an arbitrary
+    weight per pair: docs/models.md). forward(sparse_ids) -> [B, 1], the sum over the pairs.
+
+    `lr_scale` multiplies the optimizer's table rate for this table only (Paddle's per-parameter
+    rate): per-pair weights seen a few dozen times have to grow far from 0, faster than the
+    embeddings should move."""
+
+    def __init__(self, inputs: Any, pairs: list[list[str]], buckets: int, sparse: bool,
+                 init_scale: float, lr_scale: float = 1.0) -> None:
+        super().__init__(buckets, 1, sparse=sparse, weight_attr=paddle.ParamAttr(
+            initializer=nn.initializer.Uniform(-init_scale, init_scale), learning_rate=lr_scale))
+        self.columns = [cross_columns(inputs, pair) for pair in pairs]
+        self.buckets = buckets
+
+    def forward(self, sparse_ids: paddle.Tensor) -> paddle.Tensor:
+        # int64 tensors, not Python ints: a scalar product becomes a float32 scale op when
+        # exported, which rounds the keys (the export check caught it: 0.03 off).
+        multiplier = paddle.full([1], CROSS_MULTIPLIER, "int64")
+        keys = [paddle.multiply(sparse_ids[:, a], multiplier) + sparse_ids[:, b]
+                for a, b in self.columns]
+        ids = paddle.remainder(paddle.stack(keys, axis=1),
+                               paddle.full([1], self.buckets, "int64"))
+        return paddle.sum(super().forward(ids), axis=1)  # [B, pairs, 1] -> [B, 1]
+
+
+def wide_crosses(cfg: Any, inputs: Any) -> WideCrosses | None:
+    """The block a model's config asks for (`model.wide_crosses`, `wide_cross_buckets`,
+    `wide_cross_lr_scale`; models/rank/wide_cross.py checks them), or None for no pairs."""
+    if not cfg.wide_crosses:
+        return None
+    return WideCrosses(inputs, cfg.wide_crosses, cfg.wide_cross_buckets, cfg.sparse_grad,
+                       cfg.init_scale, cfg.wide_cross_lr_scale)
+
+
+def cross_columns(inputs: Any, pair: list[str]) -> tuple[int, int]:
+    """The id columns of a wide_crosses pair of single-valued fields."""
+    columns, start = {}, 0
+    for f in inputs.fields:
+        if f.width == 1:
+            columns[f.name] = start
+        start += f.width
+    for name in pair:
+        if name not in columns:
+            raise RecrunnerError(f"model.wide_crosses names {name!r}: not a single-valued field "
+                                 f"of this dataset ({', '.join(list(columns)[:6])}, ...)")
+    return columns[pair[0]], columns[pair[1]]

@@ -6,7 +6,7 @@ import math
 import paddle
 import paddle.nn as nn
 
-from ..blocks import Linear, embed_fields, hidden_layers, mlp
+from ..blocks import Linear, embed_fields, hidden_layers, mlp, wide_crosses
 from .config import Config, Structure
 
 
@@ -48,6 +48,8 @@ class Net(nn.Layer):
         else:
             self.deep = nn.Sequential(*hidden_layers(width, cfg.fc_sizes, cfg.dropout))
             self.out = Linear(width + cfg.fc_sizes[-1], 1)
+        # The W&D paper's cross-product transformations (model.wide_crosses; None: none).
+        self.cross_table = wide_crosses(cfg, inputs)
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
         rows = embed_fields(self.embedding, sparse_ids, self.inputs)  # [B, fields, dim]
@@ -58,5 +60,7 @@ class Net(nn.Layer):
         for layer in self.cross:
             x = x0 * layer(x) + x
         if self.stacked:
-            return self.deep(x)
-        return self.out(paddle.concat([x, self.deep(x0)], axis=1))
+            logit = self.deep(x)
+        else:
+            logit = self.out(paddle.concat([x, self.deep(x0)], axis=1))
+        return logit if self.cross_table is None else logit + self.cross_table(sparse_ids)

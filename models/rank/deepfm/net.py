@@ -4,7 +4,7 @@ one embedding table."""
 import paddle
 import paddle.nn as nn
 
-from ..blocks import Linear, embed_fields, fm_pairwise, mlp, split_rows
+from ..blocks import Linear, embed_fields, fm_pairwise, mlp, split_rows, wide_crosses
 from .config import Config
 
 
@@ -21,6 +21,8 @@ class Net(nn.Layer):
         self.embedding = table
         self.first_order_dense = Linear(inputs.num_dense, 1) if inputs.num_dense else None
         self.deep = mlp(inputs.num_fields * self.dim + inputs.num_dense, cfg.fc_sizes)
+        # The W&D paper's cross-product transformations (model.wide_crosses; None: none).
+        self.cross_table = wide_crosses(cfg, inputs)
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
         rows = embed_fields(self.embedding, sparse_ids, self.inputs)  # [B, fields, dim + 1]
@@ -30,4 +32,6 @@ class Net(nn.Layer):
         if self.first_order_dense is not None:
             first = first + self.first_order_dense(dense)
             deep_in = paddle.concat([deep_in, dense], axis=1)
+        if self.cross_table is not None:
+            first = first + self.cross_table(sparse_ids)
         return first + fm_pairwise(latent) + self.deep(deep_in)

@@ -4,6 +4,8 @@ from dataclasses import dataclass, field
 
 from recrunner.config.checks import at_least, each_at_least, positive, within
 
+from ..wide_cross import check_wide_crosses
+
 
 @dataclass
 class Config:
@@ -19,18 +21,17 @@ class Config:
     # Sparse (SelectedRows) embedding gradients: with lazy Adam ~2.4x faster than dense.
     sparse_grad: bool = True
     init_scale: float = 0.01
-    # The paper's cross-product transformations: pairs of single-valued field names (e.g.
-    # [[C1, C2]]) whose id pair gets its own wide weight, hashed into wide_cross_buckets rows
-    # of a second table (mode=local and mode=collective; docs/models.md measures it).
+    # The W&D paper's cross-product transformations (blocks.WideCrosses): pairs of
+    # single-valued field names (e.g. [[C1, C2]]) whose id pair gets its own wide weight, hashed
+    # into wide_cross_buckets rows of a second table whose Adam rate is the table rate times
+    # wide_cross_lr_scale (mode=local and mode=collective; docs/models.md measures it).
     wide_crosses: list[list[str]] = field(default_factory=list)
     wide_cross_buckets: int = 1_000_003
+    wide_cross_lr_scale: float = 1.0
 
     def __post_init__(self) -> None:
-        at_least("model", self, sparse_feature_number=1, sparse_feature_dim=1,
-                 wide_cross_buckets=1)
-        if any(len(pair) != 2 for pair in self.wide_crosses):
-            raise ValueError(f"model.wide_crosses={[list(p) for p in self.wide_crosses]} must be "
-                             "a list of [field, field] pairs")
+        at_least("model", self, sparse_feature_number=1, sparse_feature_dim=1)
+        check_wide_crosses(self)
         each_at_least("model", self, "fc_sizes", 1)
         positive("model", self, "init_scale")
         at_least("model", self, embedding_l2=0.0)
