@@ -12,7 +12,6 @@ from recrunner.models import Field, ModelInputs, load_model_module, load_net_cla
 from recrunner.runtime import import_paddle
 from recrunner.train.optim import Adam
 from recrunner.zoo.rank.blocks import CROSS_MULTIPLIER, id_table
-
 from tests.conftest import train_export
 
 paddle = import_paddle()
@@ -41,13 +40,13 @@ def test_a_crossed_pair_adds_the_weight_of_its_hashed_row(model: str) -> None:
     net = build([["a", "c"], ["b", "c"]], model)
     net.eval()
     dense, ids = batch()
-    net.cross_table.weight.set_value(paddle.uniform([97, 1], min=-1.0, max=1.0))
+    net.cross_table.lookup.weight.set_value(paddle.uniform([97, 1], min=-1.0, max=1.0))
     with_crosses = net(dense, paddle.to_tensor(ids)).numpy()[:, 0]
-    weights = net.cross_table.weight.numpy()[:, 0]
+    weights = net.cross_table.lookup.weight.numpy()[:, 0]
     m = CROSS_MULTIPLIER
     expected_extra = (weights[(ids[:, 0] * m + ids[:, 2]) % 97]
                       + weights[(ids[:, 1] * m + ids[:, 2]) % 97])
-    net.cross_table.weight.set_value(paddle.zeros([97, 1]))
+    net.cross_table.lookup.weight.set_value(paddle.zeros([97, 1]))
     without = net(dense, paddle.to_tensor(ids)).numpy()[:, 0]
     assert np.abs(expected_extra).min() > 0
     np.testing.assert_allclose(with_crosses, without + expected_extra, rtol=1e-5, atol=1e-6)
@@ -65,7 +64,7 @@ def test_the_optimizer_moves_only_the_rows_of_the_batch_pairs_at_the_scaled_rate
     for scale in (1.0, 4.0):
         net = build([["a", "c"]], model, wide_cross_lr_scale=scale)
         net.train()
-        before = net.cross_table.weight.numpy().copy()
+        before = net.cross_table.lookup.weight.numpy().copy()
         optimizer = Adam(paddle, net, learning_rate=0.001, table_learning_rate=0.01)
         optimizer.start_epoch(1)
         labels = paddle.to_tensor((ids[:, :1] % 2).astype(np.float32))
@@ -73,7 +72,7 @@ def test_the_optimizer_moves_only_the_rows_of_the_batch_pairs_at_the_scaled_rate
             net(dense, paddle.to_tensor(ids)), labels)
         loss.backward()
         optimizer.step()
-        delta = np.abs(net.cross_table.weight.numpy() - before)[:, 0]
+        delta = np.abs(net.cross_table.lookup.weight.numpy() - before)[:, 0]
         touched = np.unique((ids[:, 0] * CROSS_MULTIPLIER + ids[:, 2]) % 97)
         untouched = np.setdiff1d(np.arange(97), touched)
         assert delta[untouched].max() == 0
@@ -108,7 +107,7 @@ def test_a_model_with_crosses_trains_and_exports(synth_data: dict[str, str],
     export = train_export(synth_data, tmp_path, "model=dcn_v2", "model.wide_crosses=[[C1,C2]]",
                           "model.wide_cross_buckets=1009", "model.wide_cross_lr_scale=5")
     weights = paddle.load(str(tmp_path / "checkpoints" / "1" / "model.pdparams"))
-    cross = weights["cross_table.weight"].numpy()
+    cross = weights["cross_table.lookup.weight"].numpy()
     assert cross.shape == (1009, 1) and np.abs(cross).max() > 0.05
     check = json.loads((export / "export.json").read_text())["check"]
     assert check["engines"] and all(e["ok"] for e in check["engines"].values())

@@ -183,7 +183,7 @@ def decayed_id_table(number: int, width: int, sparse: bool, init_scale: float,
     return table
 
 
-class WideCrosses(IdTable):
+class WideCrosses(nn.Layer):
     """The Wide & Deep paper's cross-product transformations, for any model's logit: each
     listed pair of single-valued fields gets a weight per (id, id) pair, hashed into `buckets`
     rows of its own sparse table (an embedding model's dim-d vectors cannot hold an arbitrary
@@ -191,14 +191,16 @@ class WideCrosses(IdTable):
 
     `lr_scale` multiplies the optimizer's table rate for this table only (Paddle's per-parameter
     rate): per-pair weights seen a few dozen times have to grow far from 0, faster than the
-    embeddings should move."""
+    embeddings should move. (The table is a member, not a base class: a subclass's super()
+    calls recurse forever when the export converts them to a static graph.)"""
 
     def __init__(self, inputs: Any, pairs: list[list[str]], buckets: int, sparse: bool,
                  init_scale: float, lr_scale: float = 1.0) -> None:
-        super().__init__(buckets, 1, sparse=sparse, weight_attr=paddle.ParamAttr(
-            initializer=nn.initializer.Uniform(-init_scale, init_scale), learning_rate=lr_scale))
+        super().__init__()
         self.columns = [cross_columns(inputs, pair) for pair in pairs]
         self.buckets = buckets
+        self.lookup = IdTable(buckets, 1, sparse=sparse, weight_attr=paddle.ParamAttr(
+            initializer=nn.initializer.Uniform(-init_scale, init_scale), learning_rate=lr_scale))
 
     def forward(self, sparse_ids: paddle.Tensor) -> paddle.Tensor:
         # int64 tensors, not Python ints: a scalar product becomes a float32 scale op when
@@ -208,7 +210,7 @@ class WideCrosses(IdTable):
                 for a, b in self.columns]
         ids = paddle.remainder(paddle.stack(keys, axis=1),
                                paddle.full([1], self.buckets, "int64"))
-        return paddle.sum(super().forward(ids), axis=1)  # [B, pairs, 1] -> [B, 1]
+        return paddle.sum(self.lookup(ids), axis=1)  # [B, pairs, 1] -> [B, 1]
 
 
 def wide_crosses(cfg: Any, inputs: Any) -> WideCrosses | None:
