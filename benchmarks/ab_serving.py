@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_serving import Target, free_port, load_data, measure, start_server  # noqa: E402
 
 HERE = Path(__file__).resolve().parent.parent
-LOAD = {1: (8, "requests"), 256: (4, 600)}  # batch -> (clients, iterations)
+# batch -> (clients, iterations; None: --requests)
+LOAD: dict[int, tuple[int, int | None]] = {1: (8, None), 256: (4, 600)}
 
 
 def run_one(code: Path, export: Path, engine: str, protocols: list[str], batches: list[int],
@@ -35,15 +36,16 @@ def run_one(code: Path, export: Path, engine: str, protocols: list[str], batches
     spy = None
     try:
         if profile:
-            spy = subprocess.Popen(["py-spy", "record", "--gil", "-r", "200", "-d", str(int(profile)),
-                                    "-f", "raw", "-o", f"/tmp/ab_serving_{proc.pid}.txt",
+            out_file = f"/tmp/ab_serving_{proc.pid}.txt"
+            spy = subprocess.Popen(["py-spy", "record", "--gil", "-r", "200", "-d",
+                                    str(int(profile)), "-f", "raw", "-o", out_file,
                                     "-p", str(proc.pid)], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
         for protocol in protocols:
             for b in batches:
                 clients, iters = LOAD[b]
                 out[(protocol, b)] = measure(target, protocol, b, clients,
-                                             requests if iters == "requests" else int(iters))
+                                             requests if iters is None else iters)
     finally:
         if spy is not None:
             spy.wait()
