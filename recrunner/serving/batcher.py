@@ -112,7 +112,8 @@ class MicroBatcher:
         n = len(dense)
         if n == 0:
             return np.empty(0, np.float32)
-        if n <= self.max_rows and not self._queued_rows:
+        # batch_wait_ms > 0 asks for bigger batches at some latency: then every request queues.
+        if not self.wait_s and n <= self.max_rows and not self._queued_rows:
             for i, slot in enumerate(self._slots):
                 if slot.acquire(blocking=False):
                     try:
