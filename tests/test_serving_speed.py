@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from recrunner.data.formats import SMALL_BLOCK_BYTES, _read_csv, row_format
+from recrunner.data.formats import SMALL_BLOCK_BYTES, DelimitedFormat, _read_csv
 from recrunner.data.schema import Schema, load_schema_config
 from recrunner.data.transform import sparse_ids
 from recrunner.serving.batcher import MicroBatcher
@@ -39,7 +39,7 @@ def test_idle_batcher_predicts_in_the_callers_thread() -> None:
 
 def test_one_hashing_pass_gives_each_fields_ids(synth_data: dict[str, str]) -> None:
     schema = Schema.from_config(load_schema_config("criteo"), 1009)
-    fmt = row_format(schema, labeled=True)
+    fmt = DelimitedFormat(schema, labeled=True)
     lines = Path(synth_data["test"]).read_bytes().split(b"\n")[:400]
     block = b"\n".join(lines) + b"\n"
     assert len(block) > SMALL_BLOCK_BYTES  # the pyarrow path
