@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
-from recrunner.data.formats import SMALL_BLOCK_BYTES, DelimitedFormat, _read_csv
+from recrunner.data.formats import SMALL_BLOCK_BYTES, BlockInvalid, DelimitedFormat, _read_csv
 from recrunner.data.schema import Schema, load_schema_config
 from recrunner.data.transform import sparse_ids
 from recrunner.serving.batcher import MicroBatcher
@@ -49,3 +50,17 @@ def test_one_hashing_pass_gives_each_fields_ids(synth_data: dict[str, str]) -> N
     expected = sparse_ids(schema, columns, table.num_rows)  # field by field
     assert fmt._plain_ids(table) is not None  # the one-pass path ran
     np.testing.assert_array_equal(fmt.parse(block).sparse, expected)
+
+
+def test_a_bad_dense_cell_after_many_good_ones_is_found_at_once() -> None:
+    """The block's dense cells are checked by one regex: a bad last cell must not make it
+    backtrack through the earlier cells (each "11" splits two ways: 2^n paths)."""
+    schema = Schema.from_config(load_schema_config("criteo"), 1009)
+    fmt = DelimitedFormat(schema, labeled=False)
+    line = "\t".join(["11"] * schema.num_dense + ["a"] * len(schema.fields))
+    bad = line.replace("11", "1x", 1)
+    block = ("\n".join([line] * 40 + [bad]) + "\n").encode()
+    assert len(block) < SMALL_BLOCK_BYTES  # the one-regex path
+    with pytest.raises(BlockInvalid):
+        fmt.parse(block)
+    assert len(fmt.parse(("\n".join([line] * 40) + "\n").encode())) == 40

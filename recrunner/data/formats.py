@@ -30,8 +30,10 @@ __all__ = ["BlockInvalid", "DelimitedFormat", "RowFormat", "SlotFormat", "object
 NUMBER = re.compile(r"[ \t]*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?[ \t]*\Z", re.ASCII)
 NUMBER_BYTES = re.compile(NUMBER.pattern.encode())
 # Cells joined by newlines, each empty or a NUMBER: one regex call for a block's dense cells.
-NUMBER_CELLS = re.compile(rb"(?:(?:" + NUMBER.pattern.encode().removesuffix(rb"\Z")
-                          + rb")?\n)*\Z", re.ASCII)
+# Atomic per cell: a cell's match is never revisited (else a bad last cell would backtrack
+# through every way of splitting each earlier cell's digits: exponential).
+NUMBER_CELLS = re.compile(rb"(?:(?>" + NUMBER.pattern.encode().removesuffix(rb"\Z")
+                          + rb")?\n)*+\Z", re.ASCII)
 LABELS = ("0", "1")
 # What a blank line (skipped, not a row) may hold: not tabs, since a TSV row of empty fields
 # ("\t\t...") is a row to pyarrow.
