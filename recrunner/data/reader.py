@@ -67,8 +67,9 @@ def read_blocks(path: str, block_bytes: int) -> Iterator[tuple[int, bytes]]:
 
 
 def parse_block(fmt: RowFormat, block: bytes, path: str, first_line: int,
-                errors: RowErrors) -> Batch:
-    """Parse a block; on a bad block, report each bad line and parse the rest."""
+                errors: RowErrors, numbers: list[int] | None = None) -> Batch:
+    """Parse a block; on a bad block, report each bad line and parse the rest. `numbers`:
+    each line's number when they are not consecutive from `first_line`."""
     try:
         return fmt.parse(block)
     except BlockInvalid:
@@ -82,14 +83,14 @@ def parse_block(fmt: RowFormat, block: bytes, path: str, first_line: int,
         if reason is None:
             good.append(text)
         else:
-            errors.report(path, first_line + i, reason)
+            errors.report(path, numbers[i] if numbers else first_line + i, reason)
     if not good:
         return Batch.empty(fmt.schema.num_dense, fmt.schema.sparse_width)
     try:
         return fmt.parse(("\n".join(good) + "\n").encode())
     except BlockInvalid as exc:
-        raise DataError(f"{path}:{first_line}-{first_line + len(lines) - 1}: cannot parse "
-                        f"block: {exc}") from exc
+        last = numbers[-1] if numbers else first_line + len(lines) - 1
+        raise DataError(f"{path}:{first_line}-{last}: cannot parse block: {exc}") from exc
 
 
 @dataclass

@@ -1,0 +1,90 @@
+"""Elastic training's global batches (recrunner/data/lines.py): at any world size the ranks'
+shares of step k, in rank order, are exactly the k-th batch one process reads, each rank
+parses only its share, and a resumed epoch starts at the given step."""
+
+
+import numpy as np
+import pytest
+
+from recrunner.config.compose import load
+from recrunner.config.schema import RootConfig
+from recrunner.data import lines
+from recrunner.data.batch import Batch
+from recrunner.data.reader import Shard
+from recrunner.train.reading import Reader
+
+SIZE = 64
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Two files (the batches run across them), blank lines, a bad row."""
+    from recrunner.data.synth import generate
+
+    root = tmp_path_factory.mktemp("shares")
+    generate(root / "a.tsv", 500, 7, 0)
+    generate(root / "b.tsv", 203, 7, 1)
+    rows = (root / "a.tsv").read_text().splitlines()
+    rows[10:10] = ["", "  "]
+    rows[100] = "not\ta\trow"
+    (root / "a.tsv").write_text("\n".join(rows) + "\n")
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def cfg(spec: str) -> RootConfig:
+    # Small blocks: batches span blocks as well as files.
+    return load([f"dataset.train={spec}", f"dataset.test={spec}", "dataset.on_error=skip",
+                 "dataset.block_bytes=4096", "dataset.cache_mib=0"])
+
+
+def same(a: Batch, b: Batch) -> bool:
+    return all(np.array_equal(x, y) for x, y in
+               ((a.dense, b.dense), (a.sparse, b.sparse), (a.label, b.label)))
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_the_ranks_shares_are_one_processs_batches(spec: str, cfg: RootConfig, world: int,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = [0] * world
+    parse = lines.Lines.parse
+
+    def counted(self: lines.Lines, errors) -> Batch:  # noqa: ANN001
+        parsed[rank] += len(self)
+        return parse(self, errors)
+
+    monkeypatch.setattr(lines.Lines, "parse", counted)
+    by_rank = []
+    for rank in range(world):
+        run = Reader(cfg, Shard())
+        by_rank.append(list(run.shares(spec, SIZE, world, rank)))
+        # The bad row (line 101: row 98, the 35th of step 1) is in one rank's share.
+        assert run.errors.count == (1 if rank == 34 * world // SIZE else 0)
+    one = Reader(cfg, Shard())
+    rows = Batch.concat(list(one.batches(spec, SIZE)))
+    assert len(rows) == 702 and one.errors.count == 1
+    # 703 rows (one bad) in ceil(703 / 64) global batches of 64 rows, the last of 63.
+    assert [len(r) for r in by_rank] == [11] * world
+    for k in range(11):
+        step = [r[k] for r in by_rank]
+        assert [s.step for s in step] == [k] * world
+        assert sum(s.rows for s in step) == step[0].total == (SIZE if k < 10 else 63)
+        assert sum(len(s.batch) for s in step) == step[0].total - (k == 1)
+    # In step then rank order, the shares are every good row in file order, once.
+    assert same(Batch.concat([s.batch for step in zip(*by_rank, strict=True)
+                                for s in step]), rows)
+    # Each rank parsed its share: a world-th of the rows (not all of them).
+    assert sum(parsed) == 703 and max(parsed) <= 703 // world + 11
+
+
+def test_a_resumed_epoch_starts_at_its_step_without_parsing_the_steps_before(
+        spec: str, cfg: RootConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    full = list(Reader(cfg, Shard()).shares(spec, SIZE, 2, 1))
+    parsed = []
+    parse = lines.Lines.parse
+    monkeypatch.setattr(lines.Lines, "parse",
+                        lambda self, errors: parsed.append(len(self)) or parse(self, errors))
+    resumed = list(Reader(cfg, Shard()).shares(spec, SIZE, 2, 1, skip=7))
+    assert [s.step for s in resumed] == list(range(7, 11))
+    assert all(same(a.batch, b.batch) for a, b in zip(resumed, full[7:], strict=True))
+    assert sum(parsed) == sum(s.rows for s in resumed)
