@@ -3,6 +3,8 @@ shares of step k, in rank order, are exactly the k-th batch one process reads, e
 parses only its share, and a resumed epoch starts at the given step."""
 
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -82,9 +84,41 @@ def test_a_resumed_epoch_starts_at_its_step_without_parsing_the_steps_before(
     full = list(Reader(cfg, Shard()).shares(spec, SIZE, 2, 1))
     parsed = []
     parse = lines.Lines.parse
-    monkeypatch.setattr(lines.Lines, "parse",
-                        lambda self, errors: parsed.append(len(self)) or parse(self, errors))
+
+    def counted(self: lines.Lines, errors) -> Batch:  # noqa: ANN001
+        parsed.append(len(self))
+        return parse(self, errors)
+
+    monkeypatch.setattr(lines.Lines, "parse", counted)
     resumed = list(Reader(cfg, Shard()).shares(spec, SIZE, 2, 1, skip=7))
     assert [s.step for s in resumed] == list(range(7, 11))
     assert all(same(a.batch, b.batch) for a, b in zip(resumed, full[7:], strict=True))
     assert sum(parsed) == sum(s.rows for s in resumed)
+
+
+def test_a_rank_whose_share_is_all_bad_rows_steps_on_a_zero_weight_row(
+        tmp_path: Path) -> None:
+    """Every rank must take every step (DataParallel all-reduces): a share of bad rows only
+    trains the batch's first good row at scale 0; a batch of bad rows only is no step."""
+    from types import SimpleNamespace
+
+    from recrunner.data.synth import generate
+    from recrunner.fleet.elastic import ElasticEngine
+
+    data = tmp_path / "train.tsv"
+    generate(data, 8, 7, 0)
+    rows = data.read_text().splitlines()
+    for k in (0, 1, 4, 5, 6, 7):
+        rows[k] = "bad"
+    data.write_text("\n".join(rows) + "\n")
+    cfg = load([f"dataset.train={data}", f"dataset.test={data}", "dataset.on_error=skip",
+                "runner.batch_size=4"])
+    run = Reader(cfg, Shard())
+    first, second = list(run.shares(str(data), 4, 2, 0))
+    assert len(first.batch) == 0 and len(second.batch) == 0
+    engine = SimpleNamespace(cfg=cfg, stream=run, scale=1.0)
+    stand_in = ElasticEngine.stand_in(engine, first)  # type: ignore[arg-type]
+    assert stand_in is not None and engine.scale == 0.0
+    whole = Reader(cfg, Shard()).batches(str(data), 4)
+    assert same(stand_in, next(whole).take(slice(0, 1)))  # row 2, the first good one
+    assert ElasticEngine.stand_in(engine, second) is None  # type: ignore[arg-type]

@@ -64,14 +64,13 @@ class ElasticEngine(DygraphEngine):
         for share in self.stream.shares(self.cfg.dataset.train, size, world, rank, self.skip):
             self.position = share.step  # the global batches before it are done
             self.epoch_rows += share.total
-            batch = share.batch
             # loss = sum of my rows' losses * world / total: DataParallel's mean over ranks
             # of these is the global batch's mean loss (shared: every rank's is the same).
             self.scale = 1.0 if share.shared else world * share.rows / share.total
-            if not len(batch):  # every row of my share was bad (on_error=skip)
-                batch = self.stand_in(share)
-                if batch is None:
-                    continue  # no good row in the whole batch: no rank steps
+            # Every row of my share bad (on_error=skip): a stand-in row.
+            batch = share.batch if len(share.batch) else self.stand_in(share)
+            if batch is None:
+                continue  # no good row in the whole batch: no rank steps
             yield batch, share.shared
         self.skip, self.position, self.in_epoch = 0, 0, False
 
