@@ -33,11 +33,12 @@ def spec(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(root)
 
 
-@pytest.fixture(scope="module")
-def cfg(spec: str) -> RootConfig:
-    # Small blocks: batches span blocks as well as files.
+@pytest.fixture(scope="module", params=[4096, 1 << 16])
+def cfg(spec: str, request: pytest.FixtureRequest) -> RootConfig:
+    """Blocks of ~20 rows (every batch spans blocks, and files) and of ~300 (most batches
+    lie within a block, parsed together)."""
     return load([f"dataset.train={spec}", f"dataset.test={spec}", "dataset.on_error=skip",
-                 "dataset.block_bytes=4096", "dataset.cache_mib=0"])
+                 f"dataset.block_bytes={request.param}", "dataset.cache_mib=0"])
 
 
 def same(a: Batch, b: Batch) -> bool:
@@ -48,14 +49,14 @@ def same(a: Batch, b: Batch) -> bool:
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_the_ranks_shares_are_one_processs_batches(spec: str, cfg: RootConfig, world: int,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    parsed = [0] * world
-    parse = lines.Lines.parse
+    parsed: list[set[tuple[str, int]]] = [set() for _ in range(world)]
+    block = lines.Lines.block
 
-    def counted(self: lines.Lines, errors) -> Batch:  # noqa: ANN001
-        parsed[rank] += len(self)
-        return parse(self, errors)
+    def counted(self: lines.Lines) -> bytes:
+        parsed[rank].update((self.path, n) for n in self.numbers)
+        return block(self)
 
-    monkeypatch.setattr(lines.Lines, "parse", counted)
+    monkeypatch.setattr(lines.Lines, "block", counted)
     by_rank = []
     for rank in range(world):
         run = Reader(cfg, Shard())
@@ -75,25 +76,26 @@ def test_the_ranks_shares_are_one_processs_batches(spec: str, cfg: RootConfig, w
     # In step then rank order, the shares are every good row in file order, once.
     assert same(Batch.concat([s.batch for step in zip(*by_rank, strict=True)
                                 for s in step]), rows)
-    # Each rank parsed its share: a world-th of the rows (not all of them).
-    assert sum(parsed) == 703 and max(parsed) <= 703 // world + 11
+    # Each rank parsed its share: a world-th of the rows (not all of them), no row twice.
+    assert len(set.union(*parsed)) == sum(map(len, parsed)) == 703
+    assert max(map(len, parsed)) <= 703 // world + 11
 
 
 def test_a_resumed_epoch_starts_at_its_step_without_parsing_the_steps_before(
         spec: str, cfg: RootConfig, monkeypatch: pytest.MonkeyPatch) -> None:
     full = list(Reader(cfg, Shard()).shares(spec, SIZE, 2, 1))
-    parsed = []
-    parse = lines.Lines.parse
+    parsed: set[tuple[str, int]] = set()
+    block = lines.Lines.block
 
-    def counted(self: lines.Lines, errors) -> Batch:  # noqa: ANN001
-        parsed.append(len(self))
-        return parse(self, errors)
+    def counted(self: lines.Lines) -> bytes:
+        parsed.update((self.path, n) for n in self.numbers)
+        return block(self)
 
-    monkeypatch.setattr(lines.Lines, "parse", counted)
+    monkeypatch.setattr(lines.Lines, "block", counted)
     resumed = list(Reader(cfg, Shard()).shares(spec, SIZE, 2, 1, skip=7))
     assert [s.step for s in resumed] == list(range(7, 11))
     assert all(same(a.batch, b.batch) for a, b in zip(resumed, full[7:], strict=True))
-    assert sum(parsed) == sum(s.rows for s in resumed)
+    assert len(parsed) == sum(s.rows for s in resumed)
 
 
 def test_a_rank_whose_share_is_all_bad_rows_steps_on_a_zero_weight_row(
