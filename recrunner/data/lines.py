@@ -9,7 +9,6 @@ place in its global batch, so every rank agrees on every batch without exchangin
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 
@@ -17,7 +16,7 @@ from recrunner.config.dataset import DatasetConfig
 from recrunner.data.batch import Batch
 from recrunner.data.errors import BlockInvalid, RowErrors
 from recrunner.data.formats import BLANK, RowFormat, row_format
-from recrunner.data.reader import expand_paths, parse_block, read_blocks, start_file
+from recrunner.data.reader import expand_paths, file_blocks, parse_block
 from recrunner.data.schema import Schema
 
 
@@ -59,19 +58,6 @@ class Lines:
     def parse(self, errors: RowErrors) -> Batch:
         numbers = self.numbers.tolist()
         return parse_block(self.fmt, self.block(), self.path, numbers[0], errors, numbers)
-
-
-def _blocks(fmt: RowFormat, spec: str, block_bytes: int
-            ) -> Iterator[tuple[RowFormat, str, int, bytes]]:
-    """(the file's format, path, first line number, whole lines) of every file, in order."""
-    for path in expand_paths(spec):
-        blocks = read_blocks(path, block_bytes)
-        first = next(blocks, None)
-        if first is None:
-            continue
-        file_fmt, body, line = start_file(fmt, path, first[1])
-        for first_line, block in chain([(line, body)], blocks):
-            yield file_fmt, path, first_line, block
 
 
 def _rows(fmt: RowFormat, path: str, first_line: int, block: bytes) -> Lines:
@@ -159,7 +145,9 @@ def shares(cfg: DatasetConfig, spec: str, schema: Schema, errors: RowErrors, siz
     step = 0
     carry: list[Lines] = []  # the rows of a global batch that runs on into the next block
     held = 0
-    for file_fmt, path, first_line, block in _blocks(fmt, spec, cfg.block_bytes):
+    blocks = ((path, *block) for path in expand_paths(spec)
+              for block in file_blocks(fmt, path, cfg.block_bytes))
+    for path, file_fmt, first_line, block in blocks:
         rows = _rows(file_fmt, path, first_line, block)
         head = 0
         if carry:
