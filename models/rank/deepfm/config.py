@@ -1,24 +1,14 @@
-"""DeepFM's config: the schema and, through its defaults, the model's default config."""
+"""DeepFM's config: the schema and, through its defaults, the model's default config.
+
+One shared table: each id has a latent vector (sparse_feature_dim) and a 1st-order weight.
+"""
 
 from dataclasses import dataclass, field
 
-from recrunner.config.checks import at_least, each_at_least, positive
+from ..base_config import MlpConfig
 
 
 @dataclass
-class Config:
+class Config(MlpConfig):
     name: str = "deepfm"
-    # One shared table: each id has a latent vector (sparse_feature_dim) and a 1st-order weight.
-    sparse_feature_number: int = 1_000_001
-    sparse_feature_dim: int = 9
     fc_sizes: list[int] = field(default_factory=lambda: [400, 400, 400])
-    # L2 on the embedding rows each training batch looks up (dygraph modes; 0: none).
-    embedding_l2: float = 0.0
-    sparse_grad: bool = True
-    init_scale: float = 0.01
-
-    def __post_init__(self) -> None:
-        at_least("model", self, sparse_feature_number=1, sparse_feature_dim=1)
-        each_at_least("model", self, "fc_sizes", 1)
-        positive("model", self, "init_scale")
-        at_least("model", self, embedding_l2=0.0)

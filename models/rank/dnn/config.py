@@ -2,29 +2,15 @@
 
 From PaddleRec's models/rank/dnn/config.yaml: `sparse_feature_dim: 9`,
 `fc_sizes: [512, 256, 128, 32]`, `sparse_feature_number: 1000001`, Adam at 0.001.
+PaddleRec's DNN has no dropout (`dropout` stays 0.0).
 """
 
 from dataclasses import dataclass, field
 
-from recrunner.config.checks import at_least, each_at_least, positive, within
+from ..base_config import MlpDropoutConfig
 
 
 @dataclass
-class Config:
+class Config(MlpDropoutConfig):
     name: str = "dnn"
-    sparse_feature_number: int = 1_000_001
-    sparse_feature_dim: int = 9
     fc_sizes: list[int] = field(default_factory=lambda: [512, 256, 128, 32])
-    # Dropout after each hidden layer (PaddleRec's DNN has none).
-    dropout: float = 0.0
-    # L2 on the embedding rows each training batch looks up (dygraph modes; 0: none).
-    embedding_l2: float = 0.0
-    sparse_grad: bool = True
-    init_scale: float = 0.01
-
-    def __post_init__(self) -> None:
-        at_least("model", self, sparse_feature_number=1, sparse_feature_dim=1)
-        each_at_least("model", self, "fc_sizes", 1)
-        positive("model", self, "init_scale")
-        at_least("model", self, embedding_l2=0.0)
-        within("model", self, "dropout", 0.0, 0.99)

@@ -5,25 +5,18 @@ import paddle.nn as nn
 
 from recrunner.errors import RecrunnerError
 
-from ..blocks import Linear, embed_fields, id_table, mlp, split_rows
+from ..blocks import FieldNet, Linear, embed_fields, id_table, mlp, split_rows
 from .config import Config
 
 # Mixes a crossed pair's first id before the second is added: pairs land in unrelated rows.
 CROSS_MULTIPLIER = 2_654_435_761
 
 
-class Net(nn.Layer):
-    @staticmethod
-    def table_width(cfg: Config) -> int:
-        # Deep embedding (dim columns) and wide per-id weight (1 column) share one table:
-        # one lookup and one sparse optimizer update instead of two.
-        return cfg.sparse_feature_dim + 1
+class Net(FieldNet):
+    first_order = True  # the deep embedding and the wide per-id weight in one table
 
     def __init__(self, cfg: Config, inputs, table: nn.Layer) -> None:  # noqa: ANN001
-        super().__init__()
-        self.inputs = inputs
-        self.dim = cfg.sparse_feature_dim
-        self.embedding = table
+        super().__init__(cfg, inputs, table)
         self.wide_dense = Linear(inputs.num_dense, 1) if inputs.num_dense else None
         self.deep = mlp(inputs.num_fields * self.dim + inputs.num_dense, cfg.fc_sizes,
                         cfg.dropout)
@@ -35,13 +28,12 @@ class Net(nn.Layer):
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
         rows = embed_fields(self.embedding, sparse_ids, self.inputs)  # [B, fields, dim + 1]
         latent, weight = split_rows(rows, self.dim)
-        deep_in = paddle.reshape(latent, [-1, self.inputs.num_fields * self.dim])
         wide_sparse = paddle.sum(weight, axis=1, keepdim=True)
         if self.cross_table is not None:
             wide_sparse = wide_sparse + self.wide_crossed(sparse_ids)
+        deep = self.deep(self.flat(latent, dense))
         if self.wide_dense is None:
-            return self.deep(deep_in) + wide_sparse
-        deep = self.deep(paddle.concat([deep_in, dense], axis=1))
+            return deep + wide_sparse
         return deep + self.wide_dense(dense) + wide_sparse
 
     def wide_crossed(self, sparse_ids: paddle.Tensor) -> paddle.Tensor:
