@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,12 +77,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_server(export: Path, port: int, engine: str, extra: list[str]) -> subprocess.Popen:
+def start_server(export: Path, port: int, engine: str, extra: list[str],
+                 code: Path | None = None) -> subprocess.Popen:
+    """`recrun serve` in a subprocess; `code`: the checkout to run it from (default: this one)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
     proc = subprocess.Popen([sys.executable, "-m", "recrunner", "serve",
                              f"serving.model_dir={export}", f"serving.port={port}",
                              f"serving.engine={engine}", *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env=env, cwd=code)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -96,6 +102,63 @@ def start_server(export: Path, port: int, engine: str, extra: list[str]) -> subp
     raise SystemExit("server not ready within 120 s")
 
 
+@dataclass
+class Target:
+    """A running server and the data its requests are cut from."""
+
+    pid: int
+    url: str
+    grpc_target: str
+    model_name: str
+    lines: list[bytes]
+    dense: np.ndarray
+    sparse: np.ndarray
+
+
+def measure(t: Target, protocol: str, b: int, clients: int, iters: int) -> dict[str, Any]:
+    """One protocol at batch `b` from `clients` threads: latency, rows/s and the server's CPU
+    ms per request (warm-up included: a slight overestimate)."""
+    starts = range(0, len(t.lines) - b + 1, b)
+    d, s = t.dense, t.sparse
+    warm = 200 if b == 1 else 20
+    cpu0 = cpu_seconds(t.pid)
+    if protocol.endswith("grpc"):
+        calls = [client.paddle_grpc_call(d[i:i + b], s[i:i + b]) if protocol == "ps-grpc"
+                 else client.v2_grpc_call(t.model_name, d[i:i + b], s[i:i + b])
+                 for i in starts]
+        res = client.run_grpc_load(t.grpc_target, calls, iters, warmup=warm,
+                                   concurrency=clients)
+    else:
+        if protocol == "raw":
+            reqs = [client.predict_request(t.lines[i:i + b]) for i in starts]
+        elif protocol == "ps-json":
+            reqs = [client.tensor_request(d[i:i + b], s[i:i + b], "inference") for i in starts]
+        elif protocol == "ps-proto":
+            reqs = [client.proto_request(d[i:i + b], s[i:i + b]) for i in starts]
+        else:
+            reqs = [client.v2_request(t.model_name, d[i:i + b], s[i:i + b]) for i in starts]
+        res = client.run_load(t.url, reqs, iters, warmup=warm, concurrency=clients, keep=False)
+    sm = res.summary()
+    cpu_ms = (cpu_seconds(t.pid) - cpu0) * 1000 / (iters + warm)
+    return {"batch": b, "clients": clients, "p50_ms": sm["p50_ms"], "p99_ms": sm["p99_ms"],
+            "rows_per_s": sm["rows_per_s"], "server_cpu_ms": cpu_ms, "errors": res.errors,
+            "first_error": res.first_error}
+
+
+def load_data(export: Path, path: Path) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+    """The first 20k rows of a labeled file: label-less lines and their parsed arrays."""
+    from recrunner.data.errors import RowErrors
+    from recrunner.data.formats import row_format
+    from recrunner.data.reader import parse_block
+    from recrunner.export import load_export
+
+    data = client.read_labeled(path, 20_000)
+    schema = load_export(export).schema
+    batch = parse_block(row_format(schema, labeled=False), b"\n".join(data.lines) + b"\n",
+                        str(path), 1, RowErrors("fail"))
+    return list(data.lines), batch.dense, batch.sparse
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--export", type=Path)
@@ -108,61 +171,24 @@ def main() -> None:
     tmp = tempfile.TemporaryDirectory()
     if args.export is None:
         args.export, args.data = make_model(Path(tmp.name))
-    from recrunner.data.errors import RowErrors
-    from recrunner.data.formats import row_format
-    from recrunner.data.reader import parse_block
     from recrunner.export import load_export
     from recrunner.serving.repository import export_name
 
-    data = client.read_labeled(args.data, 20_000)
-    schema = load_export(args.export).schema
-    batch = parse_block(row_format(schema, labeled=False), b"\n".join(data.lines) + b"\n",
-                        str(args.data), 1, RowErrors("fail"))
+    lines, dense, sparse = load_data(args.export, args.data)
     results: list[dict[str, Any]] = []
     for engine in args.engines.split(","):
         for b in (1, 256):
-            r = engine_alone(args.export, engine, batch.dense, batch.sparse, b)
+            r = engine_alone(args.export, engine, dense, sparse, b)
             results.append({"what": f"{engine} alone", "batch": b, "clients": 1, **r})
         port, grpc_port = free_port(), free_port()
         proc = start_server(args.export, port, engine, [f"serving.grpc_port={grpc_port}"])
-        url, target = f"http://127.0.0.1:{port}", f"127.0.0.1:{grpc_port}"
-        name = export_name(load_export(args.export).meta)
+        target = Target(proc.pid, f"http://127.0.0.1:{port}", f"127.0.0.1:{grpc_port}",
+                        export_name(load_export(args.export).meta), lines, dense, sparse)
         try:
             for protocol in args.protocols.split(","):
                 for b, clients, iters in ((1, 8, args.requests), (256, 4, 600)):
-                    starts = range(0, len(data.lines) - b + 1, b)
-                    d, s = batch.dense, batch.sparse
-                    cpu0 = cpu_seconds(proc.pid)
-                    if protocol.endswith("grpc"):
-                        calls = [client.paddle_grpc_call(d[i:i + b], s[i:i + b])
-                                 if protocol == "ps-grpc"
-                                 else client.v2_grpc_call(name, d[i:i + b], s[i:i + b])
-                                 for i in starts]
-                        res = client.run_grpc_load(target, calls, iters,
-                                                   warmup=200 if b == 1 else 20,
-                                                   concurrency=clients)
-                    else:
-                        if protocol == "raw":
-                            reqs = [client.predict_request(data.lines[i:i + b]) for i in starts]
-                        elif protocol == "ps-json":
-                            reqs = [client.tensor_request(d[i:i + b], s[i:i + b], "inference")
-                                    for i in starts]
-                        elif protocol == "ps-proto":
-                            reqs = [client.proto_request(d[i:i + b], s[i:i + b]) for i in starts]
-                        else:
-                            reqs = [client.v2_request(name, d[i:i + b], s[i:i + b])
-                                    for i in starts]
-                        res = client.run_load(url, reqs, iters, warmup=200 if b == 1 else 20,
-                                              concurrency=clients, keep=False)
-                    sm = res.summary()
-                    # Warmup requests included: a slight overestimate of the cost.
-                    warm = 200 if b == 1 else 20
-                    cpu_ms = (cpu_seconds(proc.pid) - cpu0) * 1000 / (iters + warm)
-                    results.append({"what": f"{protocol} ({engine})", "batch": b,
-                                    "clients": clients, "p50_ms": sm["p50_ms"],
-                                    "p99_ms": sm["p99_ms"], "rows_per_s": sm["rows_per_s"],
-                                    "server_cpu_ms": cpu_ms, "errors": res.errors,
-                                    "first_error": res.first_error})
+                    results.append({"what": f"{protocol} ({engine})",
+                                    **measure(target, protocol, b, clients, iters)})
         finally:
             proc.terminate()
             proc.wait(30)

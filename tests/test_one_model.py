@@ -29,9 +29,10 @@ AGREE = 1e-5  # engines and checkpoints against the trained network
 # Distributed runs against mode=local, same data and epochs. The promise is 0.01; async PS
 # (2 trainers) measured 0.003-0.006 short by hand (W&D, 4 runs), but in test runs on the
 # shared machine (load average 25) 0.033 (W&D) and 0.046 (DeepFM): async's spread between
-# identical runs is that wide under load (docs/distributed.md). This bound catches a broken
-# update path, not the 0.01 promise.
-AUC_GAP = {"collective": 0.01, "ps-async": 0.06, "ps-geo": 0.03}
+# identical runs is that wide under load. Geo (2 trainers, geo_k_steps=10), 5 runs by hand:
+# 0.007 (W&D, twice), 0.012-0.014 (DeepFM twice, DNN) short; in one CI run 0.031 (DeepFM)
+# (docs/distributed.md). These bounds catch a broken update path, not the 0.01 promise.
+AUC_GAP = {"collective": 0.01, "ps-async": 0.06, "ps-geo": 0.05}
 TRAIN = ["runner.epochs=1", "mode.timeout_s=120"]
 # Each run costs 20-90 s on 2 cores, so the newer models run locally and in one fleet mode
 # each (collective: the dygraph path; ps: the static graph): every mode is covered by some

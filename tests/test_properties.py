@@ -33,7 +33,7 @@ from recrunner.data.hashing import field_salt, hash_strings
 from recrunner.data.reader import iter_file
 from recrunner.data.schema import Schema, load_schema_config
 from recrunner.errors import RecrunnerError
-from recrunner.serving import protocol
+from recrunner.serving import paddle_serving, protocol, raw_rows
 
 REPO = Path(__file__).resolve().parent.parent
 COMMON = 1009
@@ -416,7 +416,7 @@ def only_bad_request(fn: Callable[[], Any]) -> Any:
        | json_value.map(lambda v: json.dumps(v).encode()))
 def test_inference_requests_raise_only_bad_request(body: bytes) -> None:
     """(tests/fuzz_corpus/inference has a feed name that is a list: once a TypeError, a 500.)"""
-    req = only_bad_request(lambda: protocol.parse_inference(MODEL, body))
+    req = only_bad_request(lambda: paddle_serving.parse_inference(MODEL, body))
     if req is not None:
         assert req.dense.dtype == np.float32 and req.sparse.dtype == np.int64
         assert req.dense.shape == (len(req.sparse), ND) and req.sparse.shape[1] == NS
@@ -432,7 +432,7 @@ def test_inference_requests_raise_only_bad_request(body: bytes) -> None:
 def test_prediction_requests_raise_only_bad_request(feed: Any, fetch: Any, tags: bool) -> None:
     body = json.dumps({"feed": feed, "fetch": fetch}).encode()
     model = TAGS_MODEL if tags else MODEL  # tags_example: no dense features (width 0)
-    req = only_bad_request(lambda: protocol.parse_prediction(model, body))
+    req = only_bad_request(lambda: paddle_serving.parse_prediction(model, body))
     if req is not None:
         assert req.dense.dtype == np.float32 and req.sparse.dtype == np.int64
         assert req.dense.shape == (len(req.sparse), model.schema.num_dense)
@@ -441,8 +441,8 @@ def test_prediction_requests_raise_only_bad_request(feed: Any, fetch: Any, tags:
 
 
 def predict_rows(model: protocol.Model, body: bytes, is_json: bool) -> Any:
-    rows = protocol.prepare_raw(model, body, is_json)
-    return protocol.parse_alone(rows)
+    rows = raw_rows.prepare_raw(model, body, is_json)
+    return raw_rows.parse_alone(rows)
 
 
 @PROPS
@@ -467,8 +467,8 @@ def test_predict_rows_equal_the_file_reader(tmp_path_factory: pytest.TempPathFac
     # As JSON strings, and merged with another request (the server's combiner).
     as_json = json.dumps({"rows": [lay["delimiter"].join(r) for r in rows]}).encode()
     assert_same(predict_rows(MODEL, as_json, True), want)
-    items = [protocol.prepare_raw(MODEL, body, False), protocol.prepare_raw(MODEL, body, False)]
-    for got in protocol.parse_many(items):
+    items = [raw_rows.prepare_raw(MODEL, body, False), raw_rows.prepare_raw(MODEL, body, False)]
+    for got in raw_rows.parse_many(items):
         assert not isinstance(got, protocol.BadRequest)
         assert_same(got, want)
     # Objects keyed by column name.

@@ -19,7 +19,7 @@ import yaml
 
 from recrunner.config.compose import load
 from recrunner.k8s.validate import default_crd_dir, validate_documents
-from recrunner.serving import client, protocol
+from recrunner.serving import client, protocol, raw_rows
 from recrunner.serving.batcher import MicroBatcher
 from recrunner.serving.k8s import CLIENT_CONF, SERVER_CONF, render_service
 from recrunner.serving.server import INFERENCE_PATH, Server
@@ -280,15 +280,15 @@ def test_batcher_merges_and_splits() -> None:
 def test_parse_many_isolates_a_bad_request(server: Server, rows: client.Labeled) -> None:
     model = server.app.model
     assert model is not None
-    good = protocol.prepare_raw(model, b"\n".join(rows.lines[:4]), False)
-    bad = protocol.prepare_raw(model, rows.lines[5] + b"\nbroken\n", False)
-    other = protocol.prepare_raw(model, rows.lines[6], False)
-    out = protocol.parse_many([good, bad, other])
+    good = raw_rows.prepare_raw(model, b"\n".join(rows.lines[:4]), False)
+    bad = raw_rows.prepare_raw(model, rows.lines[5] + b"\nbroken\n", False)
+    other = raw_rows.prepare_raw(model, rows.lines[6], False)
+    out = raw_rows.parse_many([good, bad, other])
     assert not isinstance(out[0], protocol.BadRequest)
     assert not isinstance(out[2], protocol.BadRequest)
-    np.testing.assert_array_equal(out[0][1], protocol.parse_alone(good)[1])
+    np.testing.assert_array_equal(out[0][1], raw_rows.parse_alone(good)[1])
     assert isinstance(out[1], protocol.BadRequest) and "request:2" in out[1].reason
-    np.testing.assert_array_equal(out[2][0], protocol.parse_alone(other)[0])
+    np.testing.assert_array_equal(out[2][0], raw_rows.parse_alone(other)[0])
 
 
 def test_bench_serve_reports_latency_and_quality(server: Server, synth_data: dict[str, str],

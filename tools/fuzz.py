@@ -28,7 +28,7 @@ from recrunner.data.errors import RowErrors  # noqa: E402
 from recrunner.data.reader import iter_file  # noqa: E402
 from recrunner.data.schema import Schema, load_schema_config  # noqa: E402
 from recrunner.errors import RecrunnerError  # noqa: E402
-from recrunner.serving import protocol  # noqa: E402
+from recrunner.serving import paddle_serving, protocol, raw_rows  # noqa: E402
 
 COMMON = 1009
 SCHEMAS = {
@@ -140,11 +140,11 @@ def raw(model: protocol.Model, body: bytes) -> None:
     """/predict: a body as JSON and as text, parsed alone and merged with another request."""
     for is_json in (True, False):
         try:
-            rows = protocol.prepare_raw(model, body, is_json)
+            rows = raw_rows.prepare_raw(model, body, is_json)
         except protocol.BadRequest as exc:
             one_line(exc)
             continue
-        alone = protocol.parse_many([rows])[0]
+        alone = raw_rows.parse_many([rows])[0]
         if isinstance(alone, protocol.BadRequest):
             one_line(alone)
             continue
@@ -170,8 +170,8 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "tags": rows_target("tags"),
     "slot": rows_target("slot"),
     "gzip": gzip_target,
-    "inference": request(protocol.parse_inference),
-    "prediction": request(protocol.parse_prediction),
+    "inference": request(paddle_serving.parse_inference),
+    "prediction": request(paddle_serving.parse_prediction),
     "raw": request(raw),
     "config": config,
 }

@@ -183,6 +183,31 @@ def decayed_id_table(number: int, width: int, sparse: bool, init_scale: float,
     return table
 
 
+class FieldNet(nn.Layer):
+    """The frame of a zoo model that embeds each field in `sparse_feature_dim` columns: it
+    keeps `inputs`, that width (`dim`) and the caller's id table (`self.embedding`, the name
+    checkpoints hold). first_order: each table row carries one more column after the latent
+    vector, the id's first-order (wide) weight: one lookup and one sparse update, not two."""
+
+    first_order = False
+
+    @classmethod
+    def table_width(cls, cfg: Any) -> int:
+        return cfg.sparse_feature_dim + int(cls.first_order)
+
+    def __init__(self, cfg: Any, inputs: Any, table: nn.Layer) -> None:
+        super().__init__()
+        self.inputs = inputs
+        self.dim = cfg.sparse_feature_dim
+        self.embedding = table
+
+    def flat(self, latent: paddle.Tensor, dense: paddle.Tensor) -> paddle.Tensor:
+        """[B, fields, dim] field rows as [B, fields * dim], then the dense features: an MLP's
+        or cross network's input."""
+        x = paddle.reshape(latent, [-1, self.inputs.num_fields * self.dim])
+        return paddle.concat([x, dense], axis=1) if self.inputs.num_dense else x
+
+
 class WideCrosses(nn.Layer):
     """The Wide & Deep paper's cross-product transformations, for any model's logit: each
     listed pair of single-valued fields gets a weight per (id, id) pair, hashed into `buckets`

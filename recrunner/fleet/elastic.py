@@ -8,7 +8,8 @@ optimizer sees the same sequence of batches as one process would, a membership c
 no learning-rate rescaling (Adam's steps are not linear in the batch size, so the usual
 linear-scaling rule would only approximate this), and the position in the data is one number,
 the step within the epoch, valid at any world size: no row is trained twice or skipped within
-an epoch after a restart. The price: every rank parses all rows (and trains its share).
+an epoch after a restart. Every rank reads every row's bytes to number the rows alike, but
+parses only its share (recrunner/data/lines.py); resuming skips the done steps' rows unparsed.
 """
 
 import json
@@ -22,6 +23,8 @@ from typing import Any
 from recrunner import atomic
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
+from recrunner.data.errors import RowErrors
+from recrunner.data.lines import Share, shares
 from recrunner.data.reader import Shard
 from recrunner.fleet.roles import Role
 from recrunner.train import checkpoint, midepoch
@@ -40,17 +43,12 @@ def state_dir(out: str | Path) -> Path:
     return Path(out) / "dist" / "elastic"
 
 
-def pieces(n: int, world: int) -> list[int]:
-    """Where each rank's share of an n-row global batch starts (and the last one ends)."""
-    return [r * n // world for r in range(world + 1)]
-
-
 class ElasticEngine(DygraphEngine):
     """The dygraph engine over the global-batch stream, resumable at any step of an epoch."""
 
     def __init__(self, cfg: RootConfig, group: LocalGroup, reader: Reader) -> None:
         super().__init__(cfg, group, reader)
-        self.stream = Reader(cfg, Shard())  # every rank reads every row, in file order
+        self.stream = Reader(cfg, Shard())  # the global batches, in file order
         self.expected_examples = None  # the progress bar's total: rows of all ranks
         self.position = 0  # optimizer steps done in the current epoch (any world size)
         self.skip = 0  # steps of the epoch done before this process started
@@ -63,21 +61,30 @@ class ElasticEngine(DygraphEngine):
         self.position, self.epoch_rows, self.in_epoch = self.skip, 0, True
         if self.skip:
             log.info("resuming the epoch at step %d (row %d)", self.skip, self.skip * size)
-        for k, batch in enumerate(self.stream.batches(self.cfg.dataset.train, size)):
-            if k < self.skip:
-                continue
-            n = len(batch)
-            self.epoch_rows += n
-            if n < world:  # too few rows to share: every rank trains all (same gradient)
-                self.scale = 1.0
-                yield batch, True
-                continue
-            cut = pieces(n, world)
-            # loss = sum of my rows' losses * world / n: DataParallel's mean over ranks of
-            # these is the global batch's mean loss.
-            self.scale = world * (cut[rank + 1] - cut[rank]) / n
-            yield batch.take(slice(cut[rank], cut[rank + 1])), False
+        for share in self.stream.shares(self.cfg.dataset.train, size, world, rank, self.skip):
+            self.position = share.step  # the global batches before it are done
+            self.epoch_rows += share.total
+            # loss = sum of my rows' losses * world / total: DataParallel's mean over ranks
+            # of these is the global batch's mean loss (shared: every rank's is the same).
+            self.scale = 1.0 if share.shared else world * share.rows / share.total
+            # Every row of my share bad (on_error=skip): a stand-in row.
+            batch = share.batch if len(share.batch) else self.stand_in(share)
+            if batch is None:
+                continue  # no good row in the whole batch: no rank steps
+            yield batch, share.shared
         self.skip, self.position, self.in_epoch = 0, 0, False
+
+    def stand_in(self, share: Share) -> Batch | None:
+        """A row that adds nothing (scale 0) so that this rank still takes the step the others
+        take: the first good row of the whole global batch, parsed again (rare: a share of bad
+        rows only); None when the batch has none, which every rank finds alike."""
+        whole = next(shares(self.cfg.dataset, self.cfg.dataset.train, self.stream.schema,
+                            RowErrors("skip"), self.cfg.runner.batch_size, 1, 0, share.step),
+                     None)
+        if whole is None or not len(whole.batch):
+            return None
+        self.scale = 0.0
+        return whole.batch.take(slice(0, 1))
 
     def train_step(self, batch: Batch) -> float:
         import paddle.nn.functional as F

@@ -276,6 +276,9 @@ class PsEngine:
             h = hashlib.sha256()
             for value in self.dense_state().values():
                 h.update(value.tobytes())
+            # The table too: its last rows arrive in the same rounds as the dense deltas.
+            h.update(np.array(self.paddle.static.global_scope().find_var(TABLE)
+                              .get_tensor()).tobytes())
             return h.hexdigest()
 
         deadline = time.monotonic() + timeout_s

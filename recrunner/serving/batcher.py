@@ -9,6 +9,13 @@ bounded: the queue by `max_queue_rows` (503), the answer by the caller's timeout
 A request may name the model version's predict functions (`fns`, one per predictor thread): a
 batch merges only chunks of one version, so every reply comes from exactly one model while a
 new version is swapped in (recrunner.serving.repository).
+
+Predictor slot i (its predict function, which may not be thread-safe: a paddle.inference
+clone) is used only under lock i. A request that finds nothing queued and a slot free runs
+its rows on that slot in its own thread: no queue, ticket or wake-up (profiled at batch 1 x 8
+clients: ≈ 40% of the server's GIL time went to the hand-off, 13% to the ONNX Runtime call).
+Requests that arrive while every slot is busy queue and are merged as before, so batching
+still happens exactly when the predictor is the bottleneck.
 """
 
 import queue
@@ -86,6 +93,8 @@ class MicroBatcher:
         self._queue: queue.SimpleQueue[Chunk | None] = queue.SimpleQueue()
         self._queued_rows = 0
         self._queued_lock = threading.Lock()
+        self._own = list(predict_fns)
+        self._slots = [threading.Lock() for _ in predict_fns]
         self._threads = [threading.Thread(target=self._work, args=(i, fn), daemon=True,
                                           name=f"predictor-{i}")
                          for i, fn in enumerate(predict_fns)]
@@ -103,6 +112,14 @@ class MicroBatcher:
         n = len(dense)
         if n == 0:
             return np.empty(0, np.float32)
+        # batch_wait_ms > 0 asks for bigger batches at some latency: then every request queues.
+        if not self.wait_s and n <= self.max_rows and not self._queued_rows:
+            for i, slot in enumerate(self._slots):
+                if slot.acquire(blocking=False):
+                    try:
+                        return self._inline(i, dense, sparse, fns)
+                    finally:
+                        slot.release()
         starts = range(0, n, self.max_rows)
         ticket = Ticket(n, len(starts))
         with self._queued_lock:
@@ -119,6 +136,21 @@ class MicroBatcher:
         if ticket.error is not None:
             raise ticket.error
         return ticket.out
+
+    def _inline(self, index: int, dense: np.ndarray, sparse: np.ndarray,
+                fns: Sequence[PredictFn] | None) -> np.ndarray:
+        """One call on slot `index` (held by the caller) in the caller's thread."""
+        predict = self._own[index] if fns is None else fns[index]
+        t0 = time.perf_counter()
+        probs = predict(dense, sparse)
+        self._count(len(dense), time.perf_counter() - t0)
+        return probs
+
+    def _count(self, rows: int, seconds: float) -> None:
+        with self.stats.lock:
+            self.stats.batches += 1
+            self.stats.rows += rows
+            self.stats.seconds += seconds
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop the predictor threads once the queue is drained."""
@@ -159,23 +191,21 @@ class MicroBatcher:
             batch, carry, stop = self._take(first)
             rows = sum(len(c) for c in batch)
             predict = own if first.fns is None else first.fns[index]
-            t0 = time.perf_counter()
-            try:
-                if len(batch) == 1:
-                    probs = predict(first.dense, first.sparse)
-                else:
-                    probs = predict(np.concatenate([c.dense for c in batch]),
-                                    np.concatenate([c.sparse for c in batch]))
-                error = None
-            except Exception as exc:  # answered to each request as a 500, the thread lives on
-                probs, error = None, exc
-            elapsed = time.perf_counter() - t0
+            with self._slots[index]:
+                t0 = time.perf_counter()
+                try:
+                    if len(batch) == 1:
+                        probs = predict(first.dense, first.sparse)
+                    else:
+                        probs = predict(np.concatenate([c.dense for c in batch]),
+                                        np.concatenate([c.sparse for c in batch]))
+                    error = None
+                except Exception as exc:  # answered to each request as a 500, thread lives on
+                    probs, error = None, exc
+                elapsed = time.perf_counter() - t0
             with self._queued_lock:
                 self._queued_rows -= rows
-            with self.stats.lock:
-                self.stats.batches += 1
-                self.stats.rows += rows
-                self.stats.seconds += elapsed
+            self._count(rows, elapsed)
             offset = 0
             for c in batch:
                 if probs is not None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from recrunner.errors import RecrunnerError
 from recrunner.serving import protocol
-from recrunner.serving.paddle_serving import INFERENCE_PATH
+from recrunner.serving.paddle_serving import FLOAT32, INFERENCE_PATH, INT64
 
 
 @dataclass
@@ -71,9 +71,9 @@ def tensor_request(dense: np.ndarray, sparse: np.ndarray, endpoint: str,
     n = len(dense)
     if endpoint == "inference":
         body = {"tensor": [
-            {"name": "dense", "alias_name": "dense", "elem_type": protocol.FLOAT32,
+            {"name": "dense", "alias_name": "dense", "elem_type": FLOAT32,
              "shape": [n, dense.shape[1]], "float_data": dense.ravel().tolist()},
-            {"name": "sparse_ids", "alias_name": "sparse_ids", "elem_type": protocol.INT64,
+            {"name": "sparse_ids", "alias_name": "sparse_ids", "elem_type": INT64,
              "shape": [n, sparse.shape[1]], "int64_data": sparse.ravel().tolist()}],
             "fetch_var_names": ["prob"], "log_id": 0}
         return Request(INFERENCE_PATH, protocol.dumps(body), "application/json", n)
@@ -89,9 +89,9 @@ def proto_request(dense: np.ndarray, sparse: np.ndarray) -> Request:
 
     n = len(dense)
     msg = pb.Request(tensor=[
-        pb.Tensor(name="dense", alias_name="dense", elem_type=protocol.FLOAT32,
+        pb.Tensor(name="dense", alias_name="dense", elem_type=FLOAT32,
                   shape=[n, dense.shape[1]], float_data=dense.ravel().tolist()),
-        pb.Tensor(name="sparse_ids", alias_name="sparse_ids", elem_type=protocol.INT64,
+        pb.Tensor(name="sparse_ids", alias_name="sparse_ids", elem_type=INT64,
                   shape=[n, sparse.shape[1]], int64_data=sparse.ravel().tolist())],
         fetch_var_names=["prob"])
     return Request(INFERENCE_PATH, msg.SerializeToString(), "application/proto", n)

@@ -62,17 +62,8 @@ def metadata(model: LoadedModel) -> dict[str, Any]:
 
 
 def values(raw: Any, datatype: str, what: str) -> np.ndarray:
-    """JSON `data` (flat or nested, row-major) as a flat array of the datatype."""
-    dtype = NUMPY[datatype]
-    integer = dtype.kind == "i"
-    try:
-        arr = np.asarray(raw)
-    except (ValueError, OverflowError) as exc:
-        raise BadRequest(f"{what}: {exc}") from exc
-    if arr.size and (arr.dtype.kind not in ("iu" if integer else "iuf")):
-        kind = "integers" if integer else "numbers"
-        raise BadRequest(f"{what} must hold only {kind} (found {arr.dtype} values)")
-    return arr.ravel()
+    """JSON `data` (flat or nested, row-major) as a flat array of the datatype's kind."""
+    return protocol.numbers(raw, what, integer=NUMPY[datatype].kind == "i").ravel()
 
 
 def from_bytes(raw: bytes, datatype: str, what: str) -> np.ndarray:
@@ -94,7 +85,7 @@ def check_datatype(name: str, datatype: str) -> None:
 def arrays(model: LoadedModel, tensors: list[Tensor]) -> tuple[np.ndarray, np.ndarray]:
     """The model's checked inputs from the request's tensors."""
     spec = model.spec
-    width = {DENSE_INPUT: spec.schema.num_dense, SPARSE_INPUT: spec.schema.sparse_width}
+    width = spec.widths
     got: dict[str, np.ndarray] = {}
     for t in tensors:
         if t.name in got:

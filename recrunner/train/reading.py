@@ -2,13 +2,15 @@
 preprocessing, bad rows counted in one place for the whole run, and the parsed batches kept
 in memory (within dataset.cache_mib) for the next pass."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
 
 import numpy as np
 
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.errors import RowErrors
+from recrunner.data.lines import Share, shares
 from recrunner.data.reader import Shard, expand_paths, iter_examples, prefetch, rebatch
 from recrunner.train.build import dataset_schema
 
@@ -21,9 +23,9 @@ class Reader:
         self.schema = dataset_schema(cfg)
         self.errors = RowErrors(str(cfg.dataset.on_error), cfg.dataset.max_logged_errors)
         self.cache_bytes = cfg.dataset.cache_mib << 20 if keep else 0
-        self.cached: dict[tuple[str, int], list[Batch]] = {}
+        self.cached: dict[Hashable, list[Any]] = {}
         self.held = 0  # bytes of batches cached or being kept (passes under way included)
-        self.too_big: set[tuple[str, int]] = set()  # passes that did not fit: never kept
+        self.too_big: set[Hashable] = set()  # passes that did not fit: never kept
 
     def blocks(self, spec: str) -> Iterator[Batch]:
         """Parsed blocks of this process's shard of `spec`, in file order."""
@@ -39,10 +41,24 @@ class Reader:
             return iter(cached)
         return self._keep((spec, size), prefetch(rebatch(self.blocks(spec), size)))
 
-    def _keep(self, key: tuple[str, int], batches: Iterator[Batch]) -> Iterator[Batch]:
+    def shares(self, spec: str, size: int, world: int, rank: int, skip: int = 0
+               ) -> Iterator[Share]:
+        """This rank's share of each global batch of `size` rows (elastic training), from
+        batch `skip` on; parsed in a background thread, a whole pass kept as `batches` does."""
+        key = ("shares", spec, size, world, rank)
+        if skip:  # a pass resumed part-way: not a whole pass to keep
+            return prefetch(shares(self.dataset, spec, self.schema, self.errors, size, world,
+                                   rank, skip))
+        cached = self.cached.get(key)
+        if cached is not None:
+            return iter(cached)
+        return self._keep(key, prefetch(shares(self.dataset, spec, self.schema, self.errors,
+                                               size, world, rank)))
+
+    def _keep(self, key: Hashable, batches: Iterator[Any]) -> Iterator[Any]:
         """`batches`, each also copied into the cache while the whole pass fits; the cache
         takes the pass only once it has been read to the end."""
-        kept: list[Batch] | None = None if key in self.too_big else []
+        kept: list[Any] | None = None if key in self.too_big else []
         size = 0
         try:
             for batch in batches:

@@ -6,7 +6,7 @@ import math
 import paddle
 import paddle.nn as nn
 
-from ..blocks import Linear, embed_fields, hidden_layers, mlp, wide_crosses
+from ..blocks import FieldNet, Linear, embed_fields, hidden_layers, mlp, wide_crosses
 from .config import Config, Structure
 
 
@@ -29,16 +29,9 @@ class CrossLayer(nn.Layer):
         return self.up(x if self.down is None else self.down(x))
 
 
-class Net(nn.Layer):
-    @staticmethod
-    def table_width(cfg: Config) -> int:
-        return cfg.sparse_feature_dim
-
+class Net(FieldNet):
     def __init__(self, cfg: Config, inputs, table: nn.Layer) -> None:  # noqa: ANN001
-        super().__init__()
-        self.inputs = inputs
-        self.dim = cfg.sparse_feature_dim
-        self.embedding = table
+        super().__init__(cfg, inputs, table)
         width = inputs.num_fields * self.dim + inputs.num_dense
         self.cross = nn.LayerList([CrossLayer(width, cfg.low_rank)
                                    for _ in range(cfg.cross_num)])
@@ -53,9 +46,7 @@ class Net(nn.Layer):
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
         rows = embed_fields(self.embedding, sparse_ids, self.inputs)  # [B, fields, dim]
-        x0 = paddle.reshape(rows, [-1, self.inputs.num_fields * self.dim])
-        if self.inputs.num_dense:
-            x0 = paddle.concat([x0, dense], axis=1)
+        x0 = self.flat(rows, dense)
         x = x0
         for layer in self.cross:
             x = x0 * layer(x) + x

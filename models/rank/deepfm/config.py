@@ -1,23 +1,18 @@
-"""DeepFM's config: the schema and, through its defaults, the model's default config."""
+"""DeepFM's config: the schema and, through its defaults, the model's default config.
+
+One shared table: each id has a latent vector (sparse_feature_dim) and a 1st-order weight.
+"""
 
 from dataclasses import dataclass, field
 
-from recrunner.config.checks import at_least, each_at_least, positive
-
+from ..base_config import MlpConfig
 from ..wide_cross import check_wide_crosses
 
 
 @dataclass
-class Config:
+class Config(MlpConfig):
     name: str = "deepfm"
-    # One shared table: each id has a latent vector (sparse_feature_dim) and a 1st-order weight.
-    sparse_feature_number: int = 1_000_001
-    sparse_feature_dim: int = 9
     fc_sizes: list[int] = field(default_factory=lambda: [400, 400, 400])
-    # L2 on the embedding rows each training batch looks up (dygraph modes; 0: none).
-    embedding_l2: float = 0.0
-    sparse_grad: bool = True
-    init_scale: float = 0.01
     # The W&D paper's cross-product transformations (blocks.WideCrosses): pairs of
     # single-valued field names (e.g. [[C1, C2]]) whose id pair gets its own wide weight, hashed
     # into wide_cross_buckets rows of a second table whose Adam rate is the table rate times
@@ -27,8 +22,5 @@ class Config:
     wide_cross_lr_scale: float = 1.0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_wide_crosses(self)
-        at_least("model", self, sparse_feature_number=1, sparse_feature_dim=1)
-        each_at_least("model", self, "fc_sizes", 1)
-        positive("model", self, "init_scale")
-        at_least("model", self, embedding_l2=0.0)

@@ -3,20 +3,13 @@
 import paddle
 import paddle.nn as nn
 
-from ..blocks import embed_fields, mlp, wide_crosses
+from ..blocks import FieldNet, embed_fields, mlp, wide_crosses
 from .config import Config
 
 
-class Net(nn.Layer):
-    @staticmethod
-    def table_width(cfg: Config) -> int:
-        return cfg.sparse_feature_dim
-
+class Net(FieldNet):
     def __init__(self, cfg: Config, inputs, table: nn.Layer) -> None:  # noqa: ANN001
-        super().__init__()
-        self.inputs = inputs
-        self.dim = cfg.sparse_feature_dim
-        self.embedding = table
+        super().__init__(cfg, inputs, table)
         self.deep = mlp(inputs.num_fields * self.dim + inputs.num_dense, cfg.fc_sizes,
                         cfg.dropout)
         # The W&D paper's cross-product transformations (model.wide_crosses; None: none).
@@ -24,9 +17,5 @@ class Net(nn.Layer):
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
         rows = embed_fields(self.embedding, sparse_ids, self.inputs)  # [B, fields, dim]
-        x = paddle.reshape(rows, [-1, self.inputs.num_fields * self.dim])
-        if self.inputs.num_dense:
-            x = paddle.concat([x, dense], axis=1)
-        if self.cross_table is None:
-            return self.deep(x)
-        return self.deep(x) + self.cross_table(sparse_ids)
+        deep = self.deep(self.flat(rows, dense))
+        return deep if self.cross_table is None else deep + self.cross_table(sparse_ids)

@@ -4,7 +4,7 @@
 import paddle
 import paddle.nn as nn
 
-from ..blocks import Linear, embed_fields, fm_pairwise, split_rows
+from ..blocks import FieldNet, Linear, embed_fields, fm_pairwise, split_rows
 from .config import Config
 
 # Linear weights start at 0, as a logistic regression's do (Xavier's random start on raw
@@ -12,17 +12,11 @@ from .config import Config
 ZERO = paddle.ParamAttr(initializer=nn.initializer.Constant(0.0))
 
 
-class Net(nn.Layer):
-    @staticmethod
-    def table_width(cfg: Config) -> int:
-        # Latent vector (dim columns) and first-order weight (1 column) in one lookup.
-        return cfg.sparse_feature_dim + 1
+class Net(FieldNet):
+    first_order = True  # latent vector and first-order weight in one lookup
 
     def __init__(self, cfg: Config, inputs, table: nn.Layer) -> None:  # noqa: ANN001
-        super().__init__()
-        self.inputs = inputs
-        self.dim = cfg.sparse_feature_dim
-        self.embedding = table
+        super().__init__(cfg, inputs, table)
         self.first_order_dense = (Linear(inputs.num_dense, 1, weight_attr=ZERO)
                                   if inputs.num_dense else None)
         self.bias = None if self.first_order_dense else self.create_parameter(

@@ -8,19 +8,9 @@ has no counterpart here.
 
 from dataclasses import dataclass
 
-from recrunner.config.checks import at_least, positive
+from ..base_config import TableConfig
 
 
 @dataclass
-class Config:
+class Config(TableConfig):
     name: str = "lr"
-    sparse_feature_number: int = 1_000_001
-    # L2 on the embedding rows each training batch looks up (dygraph modes; 0: none).
-    embedding_l2: float = 0.0
-    sparse_grad: bool = True
-    init_scale: float = 0.01
-
-    def __post_init__(self) -> None:
-        at_least("model", self, sparse_feature_number=1)
-        positive("model", self, "init_scale")
-        at_least("model", self, embedding_l2=0.0)
