@@ -104,8 +104,10 @@ def test_a_model_with_crosses_trains_and_exports(synth_data: dict[str, str],
     from their init (+-0.01), and the export passes its self-check against the trained net."""
     import json
 
+    # (With embedding_l2 too: its table's export once recursed forever.)
     export = train_export(synth_data, tmp_path, "model=dcn_v2", "model.wide_crosses=[[C1,C2]]",
-                          "model.wide_cross_buckets=1009", "model.wide_cross_lr_scale=5")
+                          "model.wide_cross_buckets=1009", "model.wide_cross_lr_scale=5",
+                          "model.embedding_l2=0.0001")
     weights = paddle.load(str(tmp_path / "checkpoints" / "1" / "model.pdparams"))
     cross = weights["cross_table.lookup.weight"].numpy()
     assert cross.shape == (1009, 1) and np.abs(cross).max() > 0.05
