@@ -32,8 +32,9 @@ class IdTable(nn.Embedding):
         if not (self.training and self._sparse and paddle.in_dynamic_mode()):
             # nn.Embedding's lookup itself, not super(): the export's static conversion resolves
             # super() from the instance's class, which recursed forever for DecayedIdTable.
-            return F.embedding(ids, self.weight, padding_idx=self._padding_idx,
-                               sparse=self._sparse, name=self._name)
+            padding = None if self._padding_idx is None else int(self._padding_idx)
+            return F.embedding(ids, self.weight, padding_idx=padding, sparse=self._sparse,
+                               name=self._name)
         distinct, index = np.unique(ids.numpy(), return_inverse=True)
         rows = super().forward(paddle.to_tensor(distinct))
         positions = paddle.to_tensor(index.reshape(-1))
