@@ -12,7 +12,7 @@ import pytest
 
 from recrunner.config.compose import load
 from recrunner.train import checkpoint
-from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun
+from tests.conftest import REPO, SMALL_MODEL, Runs, data_overrides, recrun
 
 pytestmark = pytest.mark.slow
 
@@ -276,14 +276,11 @@ def test_default_dataset_is_generated_reproducibly(tmp_path) -> None:
     assert truth.shape == (1000,) and 0.15 < truth.mean() < 0.35
 
 
-def test_a_second_model_is_a_folder_and_a_config(synth_data, tmp_path) -> None:
+def test_a_second_model_is_a_folder_and_a_config(runs: Runs) -> None:
     """models/rank/deepfm/ adds DeepFM with no change to the runner."""
     from recrunner.export import load_export
 
-    out = tmp_path / "deepfm"
-    result = recrun(*train_args(synth_data, out, "model=deepfm", "model.fc_sizes=[32,32]",
-                                "runner.epochs=1"))
-    assert result.returncode == 0, result.stderr[-3000:]
+    out = runs("deepfm", "local")  # the matrix's run (tests/test_one_model.py)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["auc"] > 0.7
     exported = load_export(out / "export")
