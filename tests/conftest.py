@@ -53,6 +53,18 @@ def synth_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
 
 
+@pytest.fixture(scope="session")
+def small_synth(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """4k train / 1k test rows, for tests whose assertions do not depend on the model's
+    quality (a few seconds a training instead of synth_data's 20k rows)."""
+    from recrunner.data.synth import generate
+
+    root = tmp_path_factory.mktemp("small_synth")
+    generate(root / "train.tsv", 4_000, 7, 0)
+    generate(root / "test.tsv", 1_000, 7, 1)
+    return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
+
+
 def data_overrides(data: dict[str, str]) -> list[str]:
     return [f"dataset.train={data['train']}", f"dataset.test={data['test']}"]
 

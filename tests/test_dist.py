@@ -48,10 +48,12 @@ def test_collective_matches_local(runs: Runs) -> None:
     assert status["trainer 0"]["message"] == status["trainer 1"]["message"] != ""
     assert (run / "checkpoints" / "1" / "state.json").is_file()
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 1  # written once
-    # The ranks' mean training loss, like the local run's; logged once, by the writer.
+    # The ranks' mean training loss, like the local run's; logged once, by the writer. At the
+    # matrix's rate (0.002) two ranks' epoch mean lies 0.06 above one process's (half the
+    # updates); a sum over the ranks would be twice it (+0.5).
     (row,) = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     (local_row,) = [json.loads(x) for x in (local / "metrics.jsonl").read_text().splitlines()]
-    assert abs(row["train_loss"] - local_row["train_loss"]) < 0.05
+    assert abs(row["train_loss"] - local_row["train_loss"]) < 0.1
     assert len(list((run / "tensorboard").iterdir())) == 1
     assert (run / "logs" / "workerlog.1").is_file()
     from recrunner.export import load_export

@@ -245,13 +245,13 @@ def test_incomplete_checkpoints_are_ignored(tmp_path) -> None:
     assert latest is not None and latest.path == saved and latest.state["step"] == 5
 
 
-def test_same_config_and_data_give_the_same_model(synth_data, tmp_path) -> None:
+def test_same_config_and_data_give_the_same_model(small_synth, tmp_path) -> None:
     import paddle
 
     states = []
     for name in ("a", "b"):
         out = tmp_path / name
-        result = recrun(*train_args(synth_data, out, "runner.epochs=1", "runner.seed=5"))
+        result = recrun(*train_args(small_synth, out, "runner.epochs=1", "runner.seed=5"))
         assert result.returncode == 0, result.stderr[-3000:]
         states.append(paddle.load(str(out / "checkpoints" / "1" / checkpoint.MODEL_FILE)))
     assert states[0].keys() == states[1].keys()
