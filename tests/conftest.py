@@ -1,6 +1,7 @@
 """Shared fixtures: small generated datasets and one small trained run."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,18 @@ def synth_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
 
 
+@pytest.fixture(scope="session")
+def small_synth(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """4k train / 1k test rows, for tests whose assertions do not depend on the model's
+    quality (a few seconds a training instead of synth_data's 20k rows)."""
+    from recrunner.data.synth import generate
+
+    root = tmp_path_factory.mktemp("small_synth")
+    generate(root / "train.tsv", 4_000, 7, 0)
+    generate(root / "test.tsv", 1_000, 7, 1)
+    return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
+
+
 def data_overrides(data: dict[str, str]) -> list[str]:
     return [f"dataset.train={data['train']}", f"dataset.test={data['test']}"]
 
@@ -71,6 +84,59 @@ def train_export(data: dict[str, str], out: Path, *overrides: str) -> Path:
 def trained_export(tmp_path_factory: pytest.TempPathFactory, synth_data: dict[str, str]) -> Path:
     """One small export shared by the serving tests (trained once a session)."""
     return train_export(synth_data, tmp_path_factory.mktemp("serve_run"))
+
+
+@pytest.fixture(scope="session")
+def matrix_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """40k train / 10k test rows: enough test rows for a 0.01 AUC gap to mean something."""
+    from recrunner.data.synth import generate
+
+    root = tmp_path_factory.mktemp("matrix")
+    generate(root / "train.tsv", 40_000, 11, 0)
+    generate(root / "test.tsv", 10_000, 11, 1)
+    return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
+
+
+class Runs:
+    """run(model, mode) -> the run directory of `model` trained in `mode` on matrix_data with
+    tests/test_one_model.py's MODES and TRAIN, by `recrun train`, once per session.
+
+    The matrix (tests/test_one_model.py) and the fleet tests (tests/test_dist.py,
+    tests/test_train.py) read the same runs: each fleet job costs 20-90 s on 2 cores, so a
+    config is trained once whichever tests need it. Tests that go on from a run (a resume)
+    take a copy(); nothing may write into a shared run."""
+
+    def __init__(self, root: Path, data: dict[str, str]) -> None:
+        self.root, self.data = root, data
+        self.done: dict[tuple[str, str], Path] = {}
+
+    def args(self, model: str, mode: str) -> list[str]:
+        """The `recrun train` arguments of the run, without its output_dir."""
+        from tests.test_one_model import MODES, TRAIN  # the matrix owns its settings
+
+        # The collective run also writes tensorboard curves: only its writer rank may.
+        logger = ["logger=tensorboard"] if mode == "collective" else []
+        return ["train", f"model={model}", *MODES[mode], *model_keys(model, SMALL_MODEL),
+                *TRAIN, f"dataset.train={self.data['train']}",
+                f"dataset.test={self.data['test']}", *logger]
+
+    def __call__(self, model: str, mode: str) -> Path:
+        if (model, mode) not in self.done:
+            out = self.root / f"{model}-{mode}"
+            proc = recrun(*self.args(model, mode), f"runner.output_dir={out}", timeout=600)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            self.done[model, mode] = out
+        return self.done[model, mode]
+
+    def copy(self, model: str, mode: str, to: Path) -> Path:
+        """A copy of the run at `to`, to go on from without touching the shared one."""
+        shutil.copytree(self(model, mode), to, symlinks=True)
+        return to
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory, matrix_data: dict[str, str]) -> Runs:
+    return Runs(tmp_path_factory.mktemp("runs"), matrix_data)
 
 
 def serve_and_predict(export: Path, body: bytes, content_type: str = "text/plain") -> Any:

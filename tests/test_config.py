@@ -86,12 +86,12 @@ def test_config_file_round_trip(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_multirun_sweep_runs_each_job(tmp_path, synth_data) -> None:
+def test_multirun_sweep_runs_each_job(tmp_path, small_synth) -> None:
     out = tmp_path / "sweep"
     result = recrun("train", "-m", "model.sparse_feature_dim=4,8", "runner.epochs=1",
                     f"runner.output_dir={out}",
                     *[o for o in SMALL_MODEL if "sparse_feature_dim" not in o],
-                    *data_overrides(synth_data))
+                    *data_overrides(small_synth))
     assert result.returncode == 0, result.stderr[-2000:]
     dims = sorted(json.loads(p.read_text())["fingerprint"]["model"]["sparse_feature_dim"]
                   for p in out.glob("multirun/*/*/checkpoints/1/state.json"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun
+from tests.conftest import REPO, SMALL_MODEL, Runs, data_overrides, recrun
 
 pytestmark = pytest.mark.slow
 TRAIN = [*SMALL_MODEL, "runner.learning_rate=0.01", "runner.batch_size=256", "runner.epochs=1",
@@ -30,19 +30,16 @@ def read_status(run: Path) -> dict[str, dict]:
     return out
 
 
-def test_collective_matches_local(synth_data: dict[str, str], tmp_path: Path) -> None:
-    base = [*data_overrides(synth_data), *TRAIN]
-    local = recrun("train", *base, *run_dir_overrides(tmp_path / "local"))
-    assert local.returncode == 0, local.stderr
-    coll = recrun("train", "mode=collective", "mode.nproc=2", *base, "logger=tensorboard",
-                  *run_dir_overrides(tmp_path / "coll"))
-    assert coll.returncode == 0, coll.stderr
-    run = tmp_path / "coll"
+def test_collective_matches_local(runs: Runs) -> None:
+    # The matrix's runs (tests/test_one_model.py): one config, trained once a session.
+    local, run = runs("wide_deep", "local"), runs("wide_deep", "collective")
     summary = json.loads((run / "summary.json").read_text())
-    local_summary = json.loads((tmp_path / "local" / "summary.json").read_text())
+    local_summary = json.loads((local / "summary.json").read_text())
+    train_rows, test_rows = (len(Path(runs.data[split]).read_bytes().splitlines())
+                             for split in ("train", "test"))
     assert summary["world_size"] == 2 and summary["mode"] == "collective"
-    assert summary["train_examples"] == 20_000  # every row once, across both ranks
-    assert summary["eval_examples"] == 5_000  # one global AUC over the whole test set
+    assert summary["train_examples"] == train_rows  # every row once, across both ranks
+    assert summary["eval_examples"] == test_rows  # one global AUC over the whole test set
     assert abs(summary["auc"] - local_summary["auc"]) < 0.01
     assert summary["auc"] > 0.7
     # Data parallelism kept the ranks' weights bit-identical.
@@ -51,11 +48,12 @@ def test_collective_matches_local(synth_data: dict[str, str], tmp_path: Path) ->
     assert status["trainer 0"]["message"] == status["trainer 1"]["message"] != ""
     assert (run / "checkpoints" / "1" / "state.json").is_file()
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 1  # written once
-    # The ranks' mean training loss, like the local run's; logged once, by the writer.
+    # The ranks' mean training loss, like the local run's; logged once, by the writer. At the
+    # matrix's rate (0.002) two ranks' epoch mean lies 0.06 above one process's (half the
+    # updates); a sum over the ranks would be twice it (+0.5).
     (row,) = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    (local_row,) = [json.loads(x) for x in
-                    (tmp_path / "local" / "metrics.jsonl").read_text().splitlines()]
-    assert abs(row["train_loss"] - local_row["train_loss"]) < 0.05
+    (local_row,) = [json.loads(x) for x in (local / "metrics.jsonl").read_text().splitlines()]
+    assert abs(row["train_loss"] - local_row["train_loss"]) < 0.1
     assert len(list((run / "tensorboard").iterdir())) == 1
     assert (run / "logs" / "workerlog.1").is_file()
     from recrunner.export import load_export
@@ -82,20 +80,30 @@ def test_collective_uneven_shards_stay_in_lockstep(synth_data: dict[str, str],
     assert status["trainer 0"]["message"] == status["trainer 1"]["message"]
 
 
-def test_ps_trains_and_exports(synth_data: dict[str, str], tmp_path: Path) -> None:
-    run = tmp_path / "ps"
-    proc = recrun("train", "mode=ps", "mode.servers=1", "mode.trainers=2",
-                  *data_overrides(synth_data), *TRAIN, "runner.epochs=3",
-                  *run_dir_overrides(run))
-    assert proc.returncode == 0, proc.stderr
+def test_ps_trains_resumes_from_its_checkpoint_and_exports(runs: Runs,
+                                                           tmp_path: Path) -> None:
+    """The matrix's async PS run (1 epoch), resumed for a second epoch from its checkpoint."""
+    before = json.loads((runs("wide_deep", "ps-async") / "summary.json").read_text())
+    run = runs.copy("wide_deep", "ps-async", tmp_path / "ps")
+    # An unreachable target: the job still completes, then the command exits 3.
+    proc = recrun(*runs.args("wide_deep", "ps-async"), f"runner.output_dir={run}",
+                  "runner.epochs=2", "runner.resume=true", "runner.target_auc=0.999",
+                  timeout=600)
+    assert proc.returncode == 3, proc.stderr
+    assert "below runner.target_auc=0.999" in proc.stderr.strip().splitlines()[-1]
     summary = json.loads((run / "summary.json").read_text())
+    train_rows = len(Path(runs.data["train"]).read_bytes().splitlines())
+    test_rows = len(Path(runs.data["test"]).read_bytes().splitlines())
     assert summary["mode"] == "ps" and summary["world_size"] == 2
-    assert summary["train_examples"] == 60_000 and summary["eval_examples"] == 5_000
+    assert summary["epochs"] == 2 and summary["train_examples"] == 2 * train_rows
+    assert summary["eval_examples"] == test_rows
     assert summary["auc"] > 0.62, summary  # clearly better than a constant predictor (0.5)
-    assert [p.name for p in sorted((run / "checkpoints").iterdir())] == [
-        "1", "1.ps", "2", "2.ps", "3", "3.ps"]
+    # The servers restarted from the saved tables: the model goes on, it does not start over.
+    assert summary["auc"] > max(before["auc"] - 0.02, 0.52), (before["auc"], summary["auc"])
+    assert [p.name for p in sorted((run / "checkpoints").iterdir())] == ["1", "1.ps", "2",
+                                                                         "2.ps"]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 3
+    assert [x["epoch"] for x in rows] == [1, 2]
     assert not any("train_loss" in r for r in rows)  # the PS engine does not see the loss
     # The export is a local-style export; its predictions are the trainers' final ones.
     from recrunner.data.batch import Batch
@@ -108,7 +116,7 @@ def test_ps_trains_and_exports(synth_data: dict[str, str], tmp_path: Path) -> No
     assert model.predictor.get_input_names() == ["dense", "sparse_ids"]
     from recrunner.config.dataset import DatasetConfig
 
-    ds = DatasetConfig(name="t", train=synth_data["train"], test=synth_data["test"])
+    ds = DatasetConfig(name="t", train=runs.data["train"], test=runs.data["test"])
     test = Batch.concat(list(iter_examples(ds, ds.test, model.schema,
                                            RowErrors("fail", 5))))
     probs = model.predict(test.dense, test.sparse)
@@ -118,34 +126,16 @@ def test_ps_trains_and_exports(synth_data: dict[str, str], tmp_path: Path) -> No
     assert abs(auc(test.label, probs) - summary["auc"]) < 1e-4
 
 
-def test_ps_async_resumes_from_its_checkpoint(synth_data: dict[str, str],
-                                              tmp_path: Path) -> None:
-    run = tmp_path / "async"
-    base = ["train", "mode=ps", *data_overrides(synth_data), *TRAIN, *run_dir_overrides(run)]
-    first = recrun(*base, "runner.epochs=1")
-    assert first.returncode == 0, first.stderr
-    before = json.loads((run / "summary.json").read_text())["auc"]
-    # An unreachable target: the job still completes, then the command exits 3.
-    second = recrun(*base, "runner.epochs=2", "runner.resume=true", "runner.target_auc=0.999")
-    assert second.returncode == 3, second.stderr
-    assert "below runner.target_auc=0.999" in second.stderr.strip().splitlines()[-1]
-    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [x["epoch"] for x in lines] == [1, 2]
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["epochs"] == 2 and summary["train_examples"] == 40_000
-    # The servers restarted from the saved tables: the model goes on, it does not start over.
-    assert summary["auc"] > max(before - 0.02, 0.52), (before, summary["auc"])
-
-
-def test_ps_geo_resumes_as_if_never_stopped(synth_data: dict[str, str], tmp_path: Path) -> None:
-    """2 geo epochs in one run, or 1 epoch and a resume: about the same model."""
-    base = ["train", "mode=ps", "mode.sync_mode=geo", "mode.geo_k_steps=20",
-            *data_overrides(synth_data), *TRAIN]
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert recrun(*base, "runner.epochs=2", *run_dir_overrides(straight)).returncode == 0
-    first = recrun(*base, "runner.epochs=1", *run_dir_overrides(resumed))
-    assert first.returncode == 0, first.stderr
-    second = recrun(*base, "runner.epochs=2", "runner.resume=true", *run_dir_overrides(resumed))
+def test_ps_geo_resumes_as_if_never_stopped(runs: Runs, tmp_path: Path) -> None:
+    """2 geo epochs in one run, or 1 epoch (the matrix's geo run) and a resume: about the
+    same model."""
+    base = runs.args("wide_deep", "ps-geo")
+    straight = tmp_path / "straight"
+    proc = recrun(*base, "runner.epochs=2", *run_dir_overrides(straight), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    resumed = runs.copy("wide_deep", "ps-geo", tmp_path / "resumed")
+    second = recrun(*base, "runner.epochs=2", "runner.resume=true", *run_dir_overrides(resumed),
+                    timeout=600)
     assert second.returncode == 0, second.stderr
     aucs = {run.name: [json.loads(x)["auc"] for x in (run / "metrics.jsonl").read_text()
                        .splitlines()] for run in (straight, resumed)}

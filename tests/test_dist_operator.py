@@ -65,9 +65,9 @@ def test_operator_env_collective(synth_data: dict[str, str], tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_operator_env_ps(synth_data: dict[str, str], tmp_path: Path) -> None:
+def test_operator_env_ps(small_synth: dict[str, str], tmp_path: Path) -> None:
     run = tmp_path / "run"
-    cfg = config_file(tmp_path, ["mode=ps", *data_overrides(synth_data), *TRAIN,
+    cfg = config_file(tmp_path, ["mode=ps", *data_overrides(small_synth), *TRAIN,
                                  f"runner.output_dir={run}"])
     server_port, t0, t1, gloo = free_ports(4)
     common = {"PADDLE_PSERVERS_IP_PORT_LIST": f"127.0.0.1:{server_port}",
@@ -83,7 +83,7 @@ def test_operator_env_ps(synth_data: dict[str, str], tmp_path: Path) -> None:
     assert codes == [0, 0, 0], [(p.name, p.read_text()[-2000:]) for p in
                                 (tmp_path / "logs").iterdir()]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["mode"] == "ps" and summary["train_examples"] == 20_000
+    assert summary["mode"] == "ps" and summary["train_examples"] == 4_000
     assert (run / "export" / "model.json").is_file()
 
 

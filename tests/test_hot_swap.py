@@ -34,11 +34,12 @@ CLIENTS = 4
 
 
 @pytest.fixture(scope="module")
-def exports(trained_export: Path, synth_data: dict[str, str],
+def exports(trained_export: Path, small_synth: dict[str, str],
             tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Two exports of one model trained with different seeds, and a broken copy of one."""
+    """Two exports of one model trained with different seeds (the second on fewer rows: only
+    its weights need to differ), and a broken copy of one."""
     root = tmp_path_factory.mktemp("swap")
-    other = train_export(synth_data, root / "run_b", "runner.seed=99")
+    other = train_export(small_synth, root / "run_b", "runner.seed=99")
     broken = root / "broken"
     shutil.copytree(other, broken)
     params = broken / "model.pdiparams"

@@ -38,12 +38,12 @@ def volume(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
         juicefs("umount", "--force", str(mnt))
 
 
-def test_train_into_juicefs_and_read_back_after_remount(volume, synth_data) -> None:
+def test_train_into_juicefs_and_read_back_after_remount(volume, small_synth) -> None:
     meta, mnt, bucket = volume
     data_dir = mnt / "data"
     data_dir.mkdir()
     for split in ("train", "test"):  # the dataset on the volume too, as a SampleSet mounts it
-        shutil.copy(synth_data[split], data_dir / f"{split}.tsv")
+        shutil.copy(small_synth[split], data_dir / f"{split}.tsv")
     out = mnt / "runs" / "wd"
     data = [f"dataset.train={data_dir}/train.tsv", f"dataset.test={data_dir}/test.tsv"]
     result = recrun("train", f"runner.output_dir={out}", "runner.epochs=1", *SMALL_MODEL, *data)

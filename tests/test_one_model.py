@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from recrunner.models import model_names
-from tests.conftest import SMALL_MODEL, model_keys, recrun, serve_and_predict
+from tests.conftest import SMALL_MODEL, model_keys, serve_and_predict
 
 pytestmark = pytest.mark.slow
 MODES = {
@@ -55,35 +55,8 @@ def small_model(model: str) -> list[str]:
     return model_keys(model, SMALL_MODEL)
 
 
-@pytest.fixture(scope="session")
-def matrix_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """40k train / 10k test rows: enough test rows for a 0.01 AUC gap to mean something."""
-    from recrunner.data.synth import generate
-
-    root = tmp_path_factory.mktemp("matrix")
-    generate(root / "train.tsv", 40_000, 11, 0)
-    generate(root / "test.tsv", 10_000, 11, 1)
-    return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
-
-
-@pytest.fixture(scope="session")
-def runs(tmp_path_factory: pytest.TempPathFactory, matrix_data: dict[str, str]) -> Any:
-    """run(model, mode) -> its run directory, trained once per session."""
-    root = tmp_path_factory.mktemp("runs")
-    done: dict[tuple[str, str], Path] = {}
-
-    def run(model: str, mode: str) -> Path:
-        if (model, mode) not in done:
-            out = root / f"{model}-{mode}"
-            proc = recrun("train", f"model={model}", *MODES[mode], *small_model(model), *TRAIN,
-                          f"dataset.train={matrix_data['train']}",
-                          f"dataset.test={matrix_data['test']}", f"runner.output_dir={out}",
-                          timeout=600)
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            done[model, mode] = out
-        return done[model, mode]
-
-    return run
+# `runs` (tests/conftest.py) trains each (model, mode) with MODES and TRAIN above, once a
+# session; tests/test_dist.py reads the same runs.
 
 
 def summary(run: Path) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 
 from recrunner.config.compose import load
 from recrunner.train import checkpoint
-from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun
+from tests.conftest import REPO, SMALL_MODEL, Runs, data_overrides, recrun
 
 pytestmark = pytest.mark.slow
 
@@ -245,13 +245,13 @@ def test_incomplete_checkpoints_are_ignored(tmp_path) -> None:
     assert latest is not None and latest.path == saved and latest.state["step"] == 5
 
 
-def test_same_config_and_data_give_the_same_model(synth_data, tmp_path) -> None:
+def test_same_config_and_data_give_the_same_model(small_synth, tmp_path) -> None:
     import paddle
 
     states = []
     for name in ("a", "b"):
         out = tmp_path / name
-        result = recrun(*train_args(synth_data, out, "runner.epochs=1", "runner.seed=5"))
+        result = recrun(*train_args(small_synth, out, "runner.epochs=1", "runner.seed=5"))
         assert result.returncode == 0, result.stderr[-3000:]
         states.append(paddle.load(str(out / "checkpoints" / "1" / checkpoint.MODEL_FILE)))
     assert states[0].keys() == states[1].keys()
@@ -276,14 +276,11 @@ def test_default_dataset_is_generated_reproducibly(tmp_path) -> None:
     assert truth.shape == (1000,) and 0.15 < truth.mean() < 0.35
 
 
-def test_a_second_model_is_a_folder_and_a_config(synth_data, tmp_path) -> None:
+def test_a_second_model_is_a_folder_and_a_config(runs: Runs) -> None:
     """models/rank/deepfm/ adds DeepFM with no change to the runner."""
     from recrunner.export import load_export
 
-    out = tmp_path / "deepfm"
-    result = recrun(*train_args(synth_data, out, "model=deepfm", "model.fc_sizes=[32,32]",
-                                "runner.epochs=1"))
-    assert result.returncode == 0, result.stderr[-3000:]
+    out = runs("deepfm", "local")  # the matrix's run (tests/test_one_model.py)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["auc"] > 0.7
     exported = load_export(out / "export")
