@@ -42,27 +42,29 @@ def shared_file(relative: str) -> Path:
     return path
 
 
+def synth_split(tmp_path_factory: pytest.TempPathFactory, name: str, train_rows: int,
+                test_rows: int, seed: int = 7) -> dict[str, str]:
+    """Train and test files from the synthetic click model (test rows drawn with seed
+    stream 1, so they are not the training rows)."""
+    from recrunner.data.synth import generate
+
+    root = tmp_path_factory.mktemp(name)
+    generate(root / "train.tsv", train_rows, seed, 0)
+    generate(root / "test.tsv", test_rows, seed, 1)
+    return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
+
+
 @pytest.fixture(scope="session")
 def synth_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """20k train / 5k test rows from the synthetic click model."""
-    from recrunner.data.synth import generate
-
-    root = tmp_path_factory.mktemp("synth")
-    generate(root / "train.tsv", 20_000, 7, 0)
-    generate(root / "test.tsv", 5_000, 7, 1)
-    return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
+    return synth_split(tmp_path_factory, "synth", 20_000, 5_000)
 
 
 @pytest.fixture(scope="session")
 def small_synth(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """4k train / 1k test rows, for tests whose assertions do not depend on the model's
     quality (a few seconds a training instead of synth_data's 20k rows)."""
-    from recrunner.data.synth import generate
-
-    root = tmp_path_factory.mktemp("small_synth")
-    generate(root / "train.tsv", 4_000, 7, 0)
-    generate(root / "test.tsv", 1_000, 7, 1)
-    return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
+    return synth_split(tmp_path_factory, "small_synth", 4_000, 1_000)
 
 
 def data_overrides(data: dict[str, str]) -> list[str]:
@@ -89,12 +91,7 @@ def trained_export(tmp_path_factory: pytest.TempPathFactory, synth_data: dict[st
 @pytest.fixture(scope="session")
 def matrix_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """40k train / 10k test rows: enough test rows for a 0.01 AUC gap to mean something."""
-    from recrunner.data.synth import generate
-
-    root = tmp_path_factory.mktemp("matrix")
-    generate(root / "train.tsv", 40_000, 11, 0)
-    generate(root / "test.tsv", 10_000, 11, 1)
-    return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
+    return synth_split(tmp_path_factory, "matrix", 40_000, 10_000, seed=11)
 
 
 class Runs:

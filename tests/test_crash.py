@@ -231,13 +231,8 @@ def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from recrunner.data.synth import generate
-
-    root = tmp_path_factory.mktemp("tiny")
-    generate(root / "train.tsv", 4000, 7, 0)
-    generate(root / "test.tsv", 1000, 7, 1)
-    return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
+def tiny_data(small_synth: dict[str, str]) -> dict[str, str]:
+    return small_synth  # 4k/1k rows: the runs here judge files, not the model
 
 
 @pytest.fixture(scope="module")

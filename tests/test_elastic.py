@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun
+from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun, synth_split
 
 needs_etcd = pytest.mark.skipif(
     shutil.which("etcd") is None or importlib.util.find_spec("etcd3") is None,
@@ -35,12 +35,7 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def small_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from recrunner.data.synth import generate
-
-    root = tmp_path_factory.mktemp("elastic-data")
-    generate(root / "train.tsv", 6_000, 7, 0)
-    generate(root / "test.tsv", 2_000, 7, 1)
-    return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
+    return synth_split(tmp_path_factory, "elastic-data", 6_000, 2_000)
 
 
 def start(*args: str) -> subprocess.Popen:
