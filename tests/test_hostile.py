@@ -223,6 +223,32 @@ def test_pipelined_requests_are_answered_in_order(server: Server) -> None:
     assert data.count(b'"predictions"') == 1
 
 
+def test_http_1_0_keep_alive_is_answered_as_such(server: Server) -> None:
+    """HTTP/1.0 keeps a connection only when both sides say keep-alive (ApacheBench -k hung
+    on replies that did not): the header is sent, and a second request is served on it."""
+    ask = (b"POST /predict HTTP/1.0\r\nConnection: Keep-Alive\r\nContent-Type: text/plain\r\n"
+           b"Content-Length: " + str(len(ROW)).encode() + b"\r\n\r\n" + ROW)
+    with connect(server) as sock:
+        replies = []
+        for _ in range(2):
+            sock.sendall(ask)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += sock.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+            while len(body) < length:
+                body += sock.recv(65536)
+            replies.append((head, body))
+    for head, body in replies:
+        assert head.startswith(b"HTTP/1.1 200") and b"Connection: keep-alive" in head, head
+        assert len(json.loads(body)["predictions"]) == 1
+    with connect(server) as sock:  # without keep-alive, HTTP/1.0 ends with the reply
+        sock.sendall(ask.replace(b"Connection: Keep-Alive\r\n", b""))
+        data = read_all(sock)
+    assert data.startswith(b"HTTP/1.1 200") and b"Connection: close" in data
+
+
 def test_client_vanishing_mid_reply(server: Server) -> None:
     """A big reply to a client that resets the connection after a few bytes: nothing is left
     waiting, nothing is logged as a crash, the next client is served."""

@@ -240,6 +240,10 @@ class Handler(BaseHTTPRequestHandler):
             head += f"{name}: {value}\r\n"
         if self.close_connection:
             head += "Connection: close\r\n"
+        elif self.request_version == "HTTP/1.0":
+            # An HTTP/1.0 client (ApacheBench -k, old proxies) that asked for keep-alive treats
+            # a reply without this header as ending with the connection, and waits for a close.
+            head += "Connection: keep-alive\r\n"
         body = b"" if self.command == "HEAD" else reply.body
         self.wfile.write(head.encode("latin-1") + b"\r\n" + body)
 
