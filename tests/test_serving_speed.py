@@ -10,7 +10,7 @@ import pytest
 
 from recrunner.data.formats import SMALL_BLOCK_BYTES, BlockInvalid, DelimitedFormat, _read_csv
 from recrunner.data.schema import Schema, load_schema_config
-from recrunner.data.transform import sparse_ids
+from recrunner.data.transform import field_ids, plain_ids, sparse_ids
 from recrunner.serving.batcher import MicroBatcher
 
 
@@ -47,8 +47,10 @@ def test_one_hashing_pass_gives_each_fields_ids(synth_data: dict[str, str]) -> N
     table = _read_csv(block, fmt.names, fmt.delimiter, fmt.types)
     columns: dict[str, pa.ChunkedArray] = {f.column: table.column(f.column)
                                            for f in schema.fields}
-    expected = sparse_ids(schema, columns, table.num_rows)  # field by field
-    assert fmt._plain_ids(table) is not None  # the one-pass path ran
+    expected = np.stack([field_ids(schema, f, columns[f.column])  # field by field
+                         for f in schema.fields], axis=1)
+    assert plain_ids(schema, columns, table.num_rows) is not None  # the one-pass path runs
+    np.testing.assert_array_equal(sparse_ids(schema, columns, table.num_rows), expected)
     np.testing.assert_array_equal(fmt.parse(block).sparse, expected)
 
 

@@ -18,7 +18,7 @@ import pyarrow.csv as pacsv
 
 from recrunner.data.batch import Batch
 from recrunner.data.errors import BlockInvalid, DataError
-from recrunner.data.hashing import hash_byte_strings, hash_strings
+from recrunner.data.hashing import hash_byte_strings
 from recrunner.data.schema import Schema
 from recrunner.data.transform import derive_value, sparse_ids
 
@@ -173,31 +173,8 @@ class DelimitedFormat:
         table = _read_csv(block, self.names, self.delimiter, self.types, self._include)
         label = _labels(table, self.schema.label) if self.labeled else np.empty(0, np.float32)
         dense = self.schema.transform_dense(_dense(table, self._dense_cols))
-        sparse = self._plain_ids(table) if self._plain else None
-        if sparse is None:
-            columns = {c: table.column(c) for c in self._sparse_idx}
-            sparse = sparse_ids(self.schema, columns, table.num_rows)
-        return Batch(dense, sparse, label)
-
-    def _plain_ids(self, table: pa.Table) -> np.ndarray | None:
-        """sparse_ids of a plain schema with one hashing pass over every field's distinct
-        values (26 passes cost ≈ 26x one at serving's block sizes); None when a column is
-        chunked or has nulls (sparse_ids handles those)."""
-        columns = [table.column(f.column) for f in self.schema.fields]
-        if any(c.num_chunks != 1 or c.null_count for c in columns):
-            return None
-        chunks = [c.chunk(0) for c in columns]
-        sizes = np.array([len(c.dictionary) for c in chunks], np.int64)
-        values = pa.concat_arrays([c.dictionary.cast(pa.large_string()) for c in chunks])
-        ids = (hash_strings(values, np.repeat(self._salts, sizes))
-               % np.repeat(self._buckets, sizes)).astype(np.int64)
-        ids += np.repeat(self._offsets, sizes)
-        out = np.empty((table.num_rows, len(chunks)), np.int64)
-        start = 0
-        for k, (chunk, size) in enumerate(zip(chunks, sizes, strict=True)):
-            out[:, k] = ids[start:start + size][chunk.indices.to_numpy()]
-            start += size
-        return out
+        columns = {c: table.column(c) for c in self._sparse_idx}
+        return Batch(dense, sparse_ids(self.schema, columns, table.num_rows), label)
 
     def _parse_small(self, block: bytes) -> Batch:
         """The same result as the pyarrow path, for a few lines."""

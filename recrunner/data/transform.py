@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recrunner.data.errors import BlockInvalid
-from recrunner.data.hashing import hash_to_buckets
+from recrunner.data.hashing import hash_strings, hash_to_buckets
 from recrunner.data.schema import Field, Schema
 
 Column: TypeAlias = pa.Array | pa.ChunkedArray
@@ -97,8 +97,39 @@ def field_ids(schema: Schema, f: Field, column: Column) -> np.ndarray:
     return ids
 
 
+def plain_ids(schema: Schema, columns: Mapping[str, Column], n: int) -> np.ndarray | None:
+    """sparse_ids of a plain schema in one hashing pass over every field's distinct values (26
+    passes cost ≈ 26x one at serving's block sizes); None unless each column is one
+    dictionary-encoded chunk without nulls (the field-by-field path handles the rest)."""
+    chunks = []
+    for f in schema.fields:
+        column = columns[f.column]
+        if isinstance(column, pa.ChunkedArray):
+            if column.num_chunks != 1:
+                return None
+            column = column.chunk(0)
+        if not pa.types.is_dictionary(column.type) or column.null_count:
+            return None
+        chunks.append(column)
+    sizes = np.array([len(c.dictionary) for c in chunks], np.int64)
+    values = pa.concat_arrays([c.dictionary.cast(pa.large_string()) for c in chunks])
+    salts = np.array([f.salt for f in schema.fields], np.uint64)
+    buckets = np.array([f.buckets for f in schema.fields], np.uint64)
+    offsets = np.array([f.offset for f in schema.fields], np.int64)
+    ids = (hash_strings(values, np.repeat(salts, sizes))
+           % np.repeat(buckets, sizes)).astype(np.int64) + np.repeat(offsets, sizes)
+    out = np.empty((n, len(chunks)), np.int64)
+    start = 0
+    for k, (chunk, size) in enumerate(zip(chunks, sizes, strict=True)):
+        out[:, k] = ids[start:start + size][chunk.indices.to_numpy()]
+        start += size
+    return out
+
+
 def sparse_ids(schema: Schema, columns: Mapping[str, Column], n: int) -> np.ndarray:
     """The id matrix int64 [n, sparse_width] from each feature's column."""
+    if schema.is_plain and (ids := plain_ids(schema, columns, n)) is not None:
+        return ids
     out = np.empty((n, schema.sparse_width), np.int64)
     start = 0
     for f in schema.fields:
