@@ -68,6 +68,8 @@ setup(
         "fuzz": ["atheris>=2.3"],
         "test": [
             "pytest>=8",
+            "pytest-xdist>=3.5",  # the suite on every core (pyproject.toml's addopts)
+            "filelock>=3.12",  # tests/conftest.py: runs trained once for all xdist workers
             "hypothesis>=6.100",  # tests/test_properties.py
             "schemathesis>=4.0,<5",  # tests/test_hostile.py: the server against its OpenAPI
             "ruff>=0.5",

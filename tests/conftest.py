@@ -4,10 +4,12 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -42,15 +44,53 @@ def shared_file(relative: str) -> Path:
     return path
 
 
+# --- one suite, several pytest-xdist workers ---------------------------------------------------
+# The suite runs on every core (`-n auto` in pyproject.toml). Session fixtures that train or
+# generate are made once for all workers (`shared_dir`); a test that uses a module-scoped
+# fixture runs on the worker that holds its module's other such tests (`xdist_group`), so a
+# module's expensive fixture is not built twice.
+
+def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory every worker of this session sees (the session's own without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str,
+               make: Callable[[Path], None]) -> Path:
+    """`make(path)` run once per session whichever worker asks first; the others wait for it."""
+    root = shared_root(tmp_path_factory) / "shared"
+    root.mkdir(exist_ok=True)
+    path, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(path, ignore_errors=True)  # a worker that failed half-way
+            path.mkdir()
+            make(path)
+            done.touch()
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is not None and any(defs and defs[-1].scope in ("module", "class")
+                                    for defs in info.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 def synth_split(tmp_path_factory: pytest.TempPathFactory, name: str, train_rows: int,
                 test_rows: int, seed: int = 7) -> dict[str, str]:
     """Train and test files from the synthetic click model (test rows drawn with seed
     stream 1, so they are not the training rows)."""
     from recrunner.data.synth import generate
 
-    root = tmp_path_factory.mktemp(name)
-    generate(root / "train.tsv", train_rows, seed, 0)
-    generate(root / "test.tsv", test_rows, seed, 1)
+    def make(root: Path) -> None:
+        generate(root / "train.tsv", train_rows, seed, 0)
+        generate(root / "test.tsv", test_rows, seed, 1)
+
+    root = shared_dir(tmp_path_factory, name, make)
     return {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
 
 
@@ -85,7 +125,8 @@ def train_export(data: dict[str, str], out: Path, *overrides: str) -> Path:
 @pytest.fixture(scope="session")
 def trained_export(tmp_path_factory: pytest.TempPathFactory, synth_data: dict[str, str]) -> Path:
     """One small export shared by the serving tests (trained once a session)."""
-    return train_export(synth_data, tmp_path_factory.mktemp("serve_run"))
+    return shared_dir(tmp_path_factory, "serve_run",
+                      lambda out: train_export(synth_data, out)) / "export"
 
 
 @pytest.fixture(scope="session")
@@ -94,36 +135,44 @@ def matrix_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return synth_split(tmp_path_factory, "matrix", 40_000, 10_000, seed=11)
 
 
+# The matrix's modes and training settings (tests/test_one_model.py; `runs` below).
+MODES = {
+    "local": ["mode=local"],
+    "collective": ["mode=collective", "mode.nproc=2"],
+    "ps-async": ["mode=ps", "mode.servers=1", "mode.trainers=2"],
+    # Geo merges the trainers' copies every geo_k_steps: often enough for 78 steps an epoch.
+    "ps-geo": ["mode=ps", "mode.servers=1", "mode.trainers=2", "mode.sync_mode=geo",
+               "mode.geo_k_steps=10"],
+}
+MATRIX_TRAIN = ["runner.epochs=1", "mode.timeout_s=120"]
+
+
 class Runs:
     """run(model, mode) -> the run directory of `model` trained in `mode` on matrix_data with
-    tests/test_one_model.py's MODES and TRAIN, by `recrun train`, once per session.
+    MODES and MATRIX_TRAIN, by `recrun train`, once per session.
 
     The matrix (tests/test_one_model.py) and the fleet tests (tests/test_dist.py,
     tests/test_train.py) read the same runs: each fleet job costs 20-90 s on 2 cores, so a
     config is trained once whichever tests need it. Tests that go on from a run (a resume)
     take a copy(); nothing may write into a shared run."""
 
-    def __init__(self, root: Path, data: dict[str, str]) -> None:
-        self.root, self.data = root, data
-        self.done: dict[tuple[str, str], Path] = {}
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory, data: dict[str, str]) -> None:
+        self.tmp_path_factory, self.data = tmp_path_factory, data
 
     def args(self, model: str, mode: str) -> list[str]:
         """The `recrun train` arguments of the run, without its output_dir."""
-        from tests.test_one_model import MODES, TRAIN  # the matrix owns its settings
-
         # The collective run also writes tensorboard curves: only its writer rank may.
         logger = ["logger=tensorboard"] if mode == "collective" else []
         return ["train", f"model={model}", *MODES[mode], *model_keys(model, SMALL_MODEL),
-                *TRAIN, f"dataset.train={self.data['train']}",
+                *MATRIX_TRAIN, f"dataset.train={self.data['train']}",
                 f"dataset.test={self.data['test']}", *logger]
 
     def __call__(self, model: str, mode: str) -> Path:
-        if (model, mode) not in self.done:
-            out = self.root / f"{model}-{mode}"
+        def train(out: Path) -> None:
             proc = recrun(*self.args(model, mode), f"runner.output_dir={out}", timeout=600)
             assert proc.returncode == 0, proc.stderr[-3000:]
-            self.done[model, mode] = out
-        return self.done[model, mode]
+
+        return shared_dir(self.tmp_path_factory, f"run-{model}-{mode}", train)
 
     def copy(self, model: str, mode: str, to: Path) -> Path:
         """A copy of the run at `to`, to go on from without touching the shared one."""
@@ -133,7 +182,7 @@ class Runs:
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory: pytest.TempPathFactory, matrix_data: dict[str, str]) -> Runs:
-    return Runs(tmp_path_factory.mktemp("runs"), matrix_data)
+    return Runs(tmp_path_factory, matrix_data)
 
 
 def serve_and_predict(export: Path, body: bytes, content_type: str = "text/plain") -> Any:

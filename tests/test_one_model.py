@@ -14,17 +14,9 @@ import numpy as np
 import pytest
 
 from recrunner.models import model_names
-from tests.conftest import SMALL_MODEL, model_keys, serve_and_predict
+from tests.conftest import MATRIX_TRAIN, MODES, SMALL_MODEL, model_keys, serve_and_predict
 
 pytestmark = pytest.mark.slow
-MODES = {
-    "local": ["mode=local"],
-    "collective": ["mode=collective", "mode.nproc=2"],
-    "ps-async": ["mode=ps", "mode.servers=1", "mode.trainers=2"],
-    # Geo merges the trainers' copies every geo_k_steps: often enough for 78 steps an epoch.
-    "ps-geo": ["mode=ps", "mode.servers=1", "mode.trainers=2", "mode.sync_mode=geo",
-               "mode.geo_k_steps=10"],
-}
 AGREE = 1e-5  # engines and checkpoints against the trained network
 # Distributed runs against mode=local, same data and epochs. The promise is 0.01; async PS
 # (2 trainers) measured 0.003-0.006 short by hand (W&D, 4 runs), but in test runs on the
@@ -33,7 +25,6 @@ AGREE = 1e-5  # engines and checkpoints against the trained network
 # 0.007 (W&D, twice), 0.012-0.014 (DeepFM twice, DNN) short; in one CI run 0.031 (DeepFM)
 # (docs/distributed.md). These bounds catch a broken update path, not the 0.01 promise.
 AUC_GAP = {"collective": 0.01, "ps-async": 0.06, "ps-geo": 0.05}
-TRAIN = ["runner.epochs=1", "mode.timeout_s=120"]
 # Each run costs 20-90 s on 2 cores, so the newer models run locally and in one fleet mode
 # each (collective: the dygraph path; ps: the static graph): every mode is covered by some
 # model, and the every-mode runs stay with the two oldest. Any other model (a plugin) gets
@@ -55,8 +46,8 @@ def small_model(model: str) -> list[str]:
     return model_keys(model, SMALL_MODEL)
 
 
-# `runs` (tests/conftest.py) trains each (model, mode) with MODES and TRAIN above, once a
-# session; tests/test_dist.py reads the same runs.
+# `runs` (tests/conftest.py) trains each (model, mode) with conftest's MODES and MATRIX_TRAIN,
+# once a session; tests/test_dist.py reads the same runs.
 
 
 def summary(run: Path) -> dict[str, Any]:
@@ -89,7 +80,7 @@ def test_checkpoint_export_and_server_give_the_trained_model(
 
     run = runs(model, mode)
     trained = np.load(run / "predictions.npz")
-    cfg = load([f"model={model}", *small_model(model), *TRAIN,
+    cfg = load([f"model={model}", *small_model(model), *MATRIX_TRAIN,
                 f"dataset.train={matrix_data['train']}", f"dataset.test={matrix_data['test']}"])
     reader = Reader(cfg, Shard())
     # The newest checkpoint holds the network that made the final predictions.
