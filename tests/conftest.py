@@ -57,7 +57,7 @@ def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def shared_dir(tmp_path_factory: pytest.TempPathFactory, name: str,
-               make: Callable[[Path], None]) -> Path:
+               make: Callable[[Path], object]) -> Path:
     """`make(path)` run once per session whichever worker asks first; the others wait for it."""
     root = shared_root(tmp_path_factory) / "shared"
     root.mkdir(exist_ok=True)
