@@ -1,8 +1,8 @@
 """Serving A/B with a load client in C: h2load (nghttp2-client) drives unary gRPC calls (and
 HTTP/1.1 for comparison) against this checkout's server (B) and another's (A), interleaved.
-The Python load clients of bench_serving.py cost the shared 2 cores about as much as the
-server does (a sync grpcio call ≈ 1 ms of client CPU), so they hide the server's share;
-h2load costs ≈ tens of µs a request.
+The Python load clients of bench_serving.py (grpcio's sync client in 8 threads of one
+process) cost the shared 2 cores about as much as the server does and inflate gRPC's p99; a
+client in C leaves the cores to the server.
 
     apt-get install nghttp2-client
     python benchmarks/ab_h2load.py --old /work/main --export EXPORT --data TEST.tsv \\
