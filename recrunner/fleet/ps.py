@@ -298,13 +298,15 @@ class PsEngine:
                 crc = zlib.crc32(view.data, crc)
             return crc
 
-        deadline = time.monotonic() + timeout_s
-        last, still = digest(), 0
-        while still < 2 and time.monotonic() < deadline:
+        start = time.monotonic()
+        last, still, polls = digest(), 0, 0
+        while still < 2 and time.monotonic() < start + timeout_s:
             time.sleep(poll_s)
             now = digest()
             still = still + 1 if now == last else 0
-            last = now
+            last, polls = now, polls + 1
+        log.info("geo: the copy %s after %.1f s (%d polls)",
+                 "held still" if still >= 2 else "still changing", time.monotonic() - start, polls)
 
     def predict(self, batch: Batch) -> np.ndarray:
         return self.infer(self.g.prob, batch.dense, batch.sparse).reshape(-1)
