@@ -15,24 +15,17 @@ without both interactions (a first-order model such as LR).
 import numpy as np
 
 from recrunner.config.compose import load
-from recrunner.data.synth import CHUNK_ROWS, ClickModel
+from recrunner.data.synth import ClickModel, draw
 from recrunner.train.metrics import auc
 
 
 def rows(model: ClickModel, seed: int, n_rows: int, split: int
          ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
-    """The default data's raw counts, categories and labels, drawn as generate() draws them."""
-    counts, cats, labels = [], [], []
-    for start in range(0, n_rows, CHUNK_ROWS):
-        n = min(CHUNK_ROWS, n_rows - start)
-        rng = np.random.default_rng([seed, 2 + split, start // CHUNK_ROWS])
-        c, k, _ = model.sample(rng, n, split)
-        p = 1 / (1 + np.exp(-model.logits(c, k)))
-        labels.append(rng.random(n) < p)
-        counts.append(c)
-        cats.append(k)
-    return (np.concatenate(counts), [np.concatenate([k[j] for k in cats])
-                                     for j in range(len(cats[0]))], np.concatenate(labels))
+    """The default data's raw counts, categories and labels, as generate() draws them."""
+    chunks = list(draw(model, seed, n_rows, split))
+    return (np.concatenate([c.counts for c in chunks]),
+            [np.concatenate([c.cats[j] for c in chunks]) for j in range(len(chunks[0].cats))],
+            np.concatenate([c.clicks for c in chunks]))
 
 
 def estimate(train_keys: np.ndarray, test_keys: np.ndarray, weights: np.ndarray, var: float,

@@ -18,7 +18,7 @@ import pyarrow.csv as pacsv
 
 from recrunner.data.batch import Batch
 from recrunner.data.errors import BlockInvalid, DataError
-from recrunner.data.hashing import hash_byte_strings
+from recrunner.data.hashing import bucket_ids, hash_byte_strings
 from recrunner.data.schema import Schema
 from recrunner.data.transform import derive_value, sparse_ids
 
@@ -215,9 +215,7 @@ class DelimitedFormat:
         if self._plain:  # one hashing call for every value of the block
             hashed = hash_byte_strings([r[j] for r in rows for j in self._plain_idx],
                                        np.tile(self._salts, n))
-            sparse = (hashed % np.tile(self._buckets, n)).astype(np.int64).reshape(n, -1)
-            if self._offsets.any():
-                sparse += self._offsets
+            sparse = bucket_ids(hashed.reshape(n, -1), self._buckets, self._offsets)
         else:
             columns = {c: pa.array([r[j] for r in rows], pa.binary()).cast(pa.string())
                        for c, j in self._sparse_idx.items()}

@@ -63,24 +63,34 @@ def field_salt(field_name: str) -> int:
     return int(hash_strings(pa.array([field_name]), 0)[0])
 
 
-def hash_to_buckets(column: pa.Array | pa.ChunkedArray, salt: int, buckets: int) -> np.ndarray:
-    """Bucket ids (int64) for a string or dictionary-encoded string column.
+def bucket_ids(hashes: np.ndarray, buckets: int | np.ndarray,
+               offset: int | np.ndarray = 0) -> np.ndarray:
+    """Embedding rows (int64) of hashes: `hash % buckets + offset`, the one formula every id
+    path uses. `buckets` and `offset` are one per feature, broadcast against `hashes`."""
+    ids = (hashes % np.asarray(buckets, np.uint64)).astype(np.int64)
+    if np.any(offset):
+        ids += offset
+    return ids
+
+
+def hash_to_buckets(column: pa.Array | pa.ChunkedArray, salt: int, buckets: int,
+                    offset: int = 0) -> np.ndarray:
+    """Ids (int64, see bucket_ids) for a string or dictionary-encoded string column.
 
     For dictionary columns only the distinct values are hashed, then gathered by index.
     """
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     out = []
-    mod = np.uint64(buckets)
     for chunk in chunks:
         if pa.types.is_dictionary(chunk.type):
-            table = (hash_strings(chunk.dictionary, salt) % mod).astype(np.int64)
+            table = bucket_ids(hash_strings(chunk.dictionary, salt), buckets, offset)
             if chunk.null_count:  # nulls hash like the empty string, stored at the end
-                empty = hash_strings(pa.array([""]), salt) % mod
-                table = np.append(table, empty.astype(np.int64))
+                empty = bucket_ids(hash_strings(pa.array([""]), salt), buckets, offset)
+                table = np.append(table, empty)
                 idx = pc.fill_null(chunk.indices, len(chunk.dictionary))
             else:
                 idx = chunk.indices
             out.append(table[idx.to_numpy()])
         else:
-            out.append((hash_strings(chunk, salt) % mod).astype(np.int64))
+            out.append(bucket_ids(hash_strings(chunk, salt), buckets, offset))
     return np.concatenate(out) if out else np.empty(0, np.int64)

@@ -11,6 +11,7 @@ cardinalities and missing rates as hints) the files are Criteo-shaped.
 """
 
 import datetime
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,6 +169,29 @@ def _yymmddhh(day: np.ndarray, hour: np.ndarray) -> pa.Array:
     return pa.array(np.char.add(dates[day], hours[hour]), pa.binary()).cast(pa.string())
 
 
+@dataclass
+class Chunk:
+    """Up to CHUNK_ROWS rows of a split as ClickModel draws them, from row `start` on."""
+
+    start: int
+    counts: np.ndarray
+    cats: list[np.ndarray]
+    times: dict[str, pa.Array]
+    truth: np.ndarray  # the click probability of each row
+    clicks: np.ndarray  # bool: the labels drawn from it
+
+
+def draw(model: ClickModel, seed: int, rows: int, split: int) -> Iterator[Chunk]:
+    """The first `rows` rows of `split` (0: train, 1: test), the rows `generate` writes; each
+    chunk's random numbers are seeded by its position, so a chunk does not depend on others."""
+    for start in range(0, rows, CHUNK_ROWS):
+        n = min(CHUNK_ROWS, rows - start)
+        rng = np.random.default_rng([seed, 2 + split, start // CHUNK_ROWS])
+        counts, cats, times = model.sample(rng, n, split)
+        p = 1 / (1 + np.exp(-model.logits(counts, cats)))
+        yield Chunk(start, counts, cats, times, p, rng.random(n) < p)
+
+
 def generate(path: str | Path, rows: int, seed: int, split: int, base_ctr: float = 0.25,
              schema: SchemaConfig | None = None) -> None:
     """Write `rows` labeled rows of `schema` (default: Criteo's) to `path` and
@@ -187,13 +211,10 @@ def generate(path: str | Path, rows: int, seed: int, split: int, base_ctr: float
     with atomic.writing(path, "data") as tmp, pa.OSFile(str(tmp), "wb") as sink:
         if header:
             sink.write((delimiter.join(columns) + "\n").encode())
-        for start in range(0, rows, CHUNK_ROWS):
-            n = min(CHUNK_ROWS, rows - start)
-            rng = np.random.default_rng([seed, 2 + split, start // CHUNK_ROWS])
-            counts, cats, times = model.sample(rng, n, split)
-            p = 1 / (1 + np.exp(-model.logits(counts, cats)))
-            truth[start:start + n] = p
-            data = {schema.label: pa.array((rng.random(n) < p).astype(np.int8)), **times}
+        for chunk in draw(model, seed, rows, split):
+            start, n, counts, cats = chunk.start, len(chunk.truth), chunk.counts, chunk.cats
+            truth[start:start + n] = chunk.truth
+            data = {schema.label: pa.array(chunk.clicks.astype(np.int8)), **chunk.times}
             for name in schema.ignore:  # e.g. a row id
                 data[name] = pa.array(_splitmix(np.arange(start, start + n, dtype=np.uint64)
                                                 + np.uint64(split << 40)))

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recrunner.data.errors import BlockInvalid
-from recrunner.data.hashing import hash_strings, hash_to_buckets
+from recrunner.data.hashing import bucket_ids, hash_strings, hash_to_buckets
 from recrunner.data.schema import Field, Schema
 
 Column: TypeAlias = pa.Array | pa.ChunkedArray
@@ -58,7 +58,7 @@ def _derived_ids(f: Field, column: Column) -> np.ndarray:
             derived = pa.array([derive_value(kind, v) for v in values.to_pylist()])
         except ValueError as exc:
             raise BlockInvalid(f"{f.column}: {exc}") from exc
-        return (hash_to_buckets(derived, f.salt, f.buckets) + f.offset)[:, None]
+        return hash_to_buckets(derived, f.salt, f.buckets, f.offset)[:, None]
 
     return _per_distinct(column, 1, table)
 
@@ -78,7 +78,7 @@ def _multi_ids(f: Field, column: Column, pad_id: int) -> np.ndarray:
         first = pos < f.width  # values past max_len are dropped
         out = np.full((len(values), f.width), pad_id, np.int64)
         out[row[first], pos[first]] = hash_to_buckets(
-            tokens.filter(pa.array(first)), f.salt, f.buckets) + f.offset
+            tokens.filter(pa.array(first)), f.salt, f.buckets, f.offset)
         return out
 
     return _per_distinct(column, f.width, table)
@@ -91,10 +91,7 @@ def field_ids(schema: Schema, f: Field, column: Column) -> np.ndarray:
         return _multi_ids(f, column, schema.pad_id)
     if f.derive is not None:
         return _derived_ids(f, column)[:, 0]
-    ids = hash_to_buckets(column, f.salt, f.buckets)
-    if f.offset:
-        ids += f.offset
-    return ids
+    return hash_to_buckets(column, f.salt, f.buckets, f.offset)
 
 
 def plain_ids(schema: Schema, columns: Mapping[str, Column], n: int) -> np.ndarray | None:
@@ -116,8 +113,8 @@ def plain_ids(schema: Schema, columns: Mapping[str, Column], n: int) -> np.ndarr
     salts = np.array([f.salt for f in schema.fields], np.uint64)
     buckets = np.array([f.buckets for f in schema.fields], np.uint64)
     offsets = np.array([f.offset for f in schema.fields], np.int64)
-    ids = (hash_strings(values, np.repeat(salts, sizes))
-           % np.repeat(buckets, sizes)).astype(np.int64) + np.repeat(offsets, sizes)
+    ids = bucket_ids(hash_strings(values, np.repeat(salts, sizes)), np.repeat(buckets, sizes),
+                     np.repeat(offsets, sizes))
     out = np.empty((n, len(chunks)), np.int64)
     start = 0
     for k, (chunk, size) in enumerate(zip(chunks, sizes, strict=True)):

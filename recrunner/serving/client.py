@@ -141,6 +141,22 @@ class LoadResult:
     status_counts: dict[int, int] = field(default_factory=dict)
     # Request index -> probabilities, for the quality check.
     predictions: dict[int, np.ndarray] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def record(self, elapsed_s: float, status: int, rows: int, error: str | None,
+               index: int = -1, probs: np.ndarray | None = None) -> None:
+        """One measured request, from any client thread: its latency and status, then its
+        rows (and probabilities, if kept) or its error."""
+        with self._lock:
+            self.latencies_s.append(elapsed_s)
+            self.status_counts[status] = self.status_counts.get(status, 0) + 1
+            if error is None:
+                self.rows += rows
+                if probs is not None:
+                    self.predictions[index] = probs
+            else:
+                self.errors += 1
+                self.first_error = self.first_error or error
 
     def summary(self) -> dict[str, Any]:
         lat = np.asarray(self.latencies_s) * 1000
@@ -166,7 +182,6 @@ def run_load(url: str, requests: Sequence[Request], iterations: int, warmup: int
     """Send `warmup` then `iterations` requests (request i is requests[i % len]) from
     `concurrency` keep-alive connections; latency per request, predictions kept per request."""
     result = LoadResult()
-    lock = threading.Lock()
 
     def client(jobs: "itertools.count[int]", total: int, measured: bool) -> None:
         conn = _connect(url, timeout_s)
@@ -192,17 +207,9 @@ def run_load(url: str, requests: Sequence[Request], iterations: int, warmup: int
                 probs = None
                 if status == 200 and keep and i < len(requests):
                     probs = probabilities(endpoint, data)
-                with lock:
-                    result.latencies_s.append(elapsed)
-                    result.status_counts[status] = result.status_counts.get(status, 0) + 1
-                    if status == 200:
-                        result.rows += req.rows
-                        if probs is not None:
-                            result.predictions[i] = probs
-                    else:
-                        result.errors += 1
-                        if result.first_error is None:
-                            result.first_error = f"{status}: {data[:300].decode(errors='replace')}"
+                error = (None if status == 200
+                         else f"{status}: {data[:300].decode(errors='replace')}")
+                result.record(elapsed, status, req.rows, error, i, probs)
         finally:
             conn.close()
 
@@ -243,7 +250,6 @@ def run_grpc_load(target: str, calls: Sequence[GrpcCall], iterations: int, warmu
     import grpc
 
     result = LoadResult()
-    lock = threading.Lock()
 
     def client(jobs: "itertools.count[int]", total: int, measured: bool) -> None:
         with grpc.insecure_channel(target) as channel:
@@ -261,14 +267,7 @@ def run_grpc_load(target: str, calls: Sequence[GrpcCall], iterations: int, warmu
                 elapsed = time.perf_counter() - t0
                 if not measured:
                     continue
-                with lock:
-                    result.latencies_s.append(elapsed)
-                    result.status_counts[status] = result.status_counts.get(status, 0) + 1
-                    if error is None:
-                        result.rows += call.rows
-                    else:
-                        result.errors += 1
-                        result.first_error = result.first_error or error
+                result.record(elapsed, status, call.rows, error)
 
     _drive(client, warmup, iterations, concurrency, result)
     return result

@@ -15,7 +15,7 @@ from enum import StrEnum
 from recrunner.config.checks import at_least
 
 from ..base_config import MlpDropoutConfig
-from ..wide_cross import check_wide_crosses
+from ..wide_cross import WideCrossConfig
 
 
 class Structure(StrEnum):
@@ -24,22 +24,14 @@ class Structure(StrEnum):
 
 
 @dataclass
-class Config(MlpDropoutConfig):
+class Config(WideCrossConfig, MlpDropoutConfig):
     name: str = "dcn_v2"
     fc_sizes: list[int] = field(default_factory=lambda: [512, 256, 128])
     cross_num: int = 2
     structure: Structure = Structure.stacked
     # 0: full-rank cross weights (D x D); r > 0: W = U V^T with U, V of D x r.
     low_rank: int = 0
-    # The W&D paper's cross-product transformations (blocks.WideCrosses): pairs of
-    # single-valued field names (e.g. [[C1, C2]]) whose id pair gets its own wide weight, hashed
-    # into wide_cross_buckets rows of a second table whose Adam rate is the table rate times
-    # wide_cross_lr_scale (mode=local and mode=collective; docs/models.md measures it).
-    wide_crosses: list[list[str]] = field(default_factory=list)
-    wide_cross_buckets: int = 1_000_003
-    wide_cross_lr_scale: float = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         at_least("model", self, cross_num=1, low_rank=0)
-        check_wide_crosses(self)
