@@ -230,12 +230,15 @@ class PsEngine:
         ds.init(use_var=slots, pipe_command="cat",
                 batch_size=self.cfg.runner.batch_size, thread_num=1)
         ds.set_filelist(files)
-        start = time.perf_counter()
+        start, began = time.perf_counter(), time.time()
         if rows:
             self.exe.train_from_dataset(program=self.program, dataset=ds,
                                         fetch_list=[self.g.loss], fetch_info=["loss"],
                                         print_period=max(1, self.cfg.runner.log_every_steps))
         seconds = time.perf_counter() - start
+        # Wall-clock times: how the trainers' windows line up (benchmarks/bench_geo_swing.py).
+        log.info("epoch %d: trained %d rows in %.1fs (wall clock %.2f-%.2f)", epoch, rows,
+                 seconds, began, time.time())
         self.group.barrier()  # every push of the epoch has been sent
         return EpochStats(examples=rows, steps=math.ceil(rows / self.cfg.runner.batch_size),
                           seconds=seconds)

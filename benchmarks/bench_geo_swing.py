@@ -1,0 +1,75 @@
+"""Identical mode=ps runs, one after another: test AUC, the machine's load average and each
+trainer's training window, to see how much a PS configuration varies between runs.
+
+    python benchmarks/bench_geo_swing.py [--rows 200000] [--runs 3] [--trainers 4]
+        [--sync-mode geo] [--extra mode.geo_k_steps=10 ...]
+
+Each trainer logs `epoch N: trained R rows in S s (wall clock T0-T1)` (recrunner/fleet/ps.py);
+the start skew is the spread of the T0s, the end skew that of the T1s. Data as
+bench_modes.py (generate(…, 7, 0/1)), Wide & Deep, 1,000,001-row table, batch 512, 1 epoch.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WINDOW = re.compile(r"trained (\d+) rows in ([\d.]+)s \(wall clock ([\d.]+)-([\d.]+)\)")
+
+
+def windows(run: Path) -> list[tuple[int, float, float]]:
+    """(rows, start, end) of each trainer's training, from its log."""
+    out = []
+    for log in sorted((run / "logs").glob("workerlog.*")):
+        m = WINDOW.search(log.read_text(errors="replace"))
+        if m:
+            out.append((int(m.group(1)), float(m.group(3)), float(m.group(4))))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--trainers", type=int, default=4)
+    parser.add_argument("--sync-mode", default="geo")
+    parser.add_argument("--extra", nargs="*", default=["mode.geo_k_steps=10"])
+    args = parser.parse_args()
+    from recrunner.data.synth import generate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        train, test = str(root / "train.tsv"), str(root / "test.tsv")
+        generate(train, args.rows, 7, 0)
+        generate(test, args.rows // 4, 7, 1)
+        print(f"{args.rows} rows, {args.trainers} trainers, {args.sync_mode}, {args.extra}")
+        print(f"{'run':>3}{'AUC':>8}{'load':>7}{'wall s':>9}{'start skew':>12}"
+              f"{'end skew':>10}  rows per trainer")
+        for i in range(args.runs):
+            out = root / f"run{i}"
+            load = os.getloadavg()[0]
+            start = time.perf_counter()
+            proc = subprocess.run(
+                [sys.executable, "-m", "recrunner", "train", "mode=ps", "mode.servers=1",
+                 f"mode.trainers={args.trainers}", f"mode.sync_mode={args.sync_mode}",
+                 *args.extra, f"dataset.train={train}", f"dataset.test={test}",
+                 "model.sparse_feature_number=1000001", "runner.batch_size=512",
+                 "runner.epochs=1", "runner.progress=false", f"runner.output_dir={out}"],
+                capture_output=True, text=True, timeout=3600)
+            if proc.returncode != 0:
+                raise SystemExit(proc.stderr.strip()[-2000:])
+            auc = json.loads((out / "summary.json").read_text())["auc"]
+            w = windows(out)
+            starts, ends = [s for _, s, _ in w], [e for _, _, e in w]
+            print(f"{i:>3}{auc:>8.4f}{load:>7.1f}{time.perf_counter() - start:>9.0f}"
+                  f"{max(starts) - min(starts):>12.1f}{max(ends) - min(ends):>10.1f}  "
+                  f"{[r for r, _, _ in w]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
