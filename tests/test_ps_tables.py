@@ -79,3 +79,13 @@ def test_client_pushes_every_batch() -> None:
                  "-pserver_async_push_sparse_interval_ms=1",
                  "-pserver_async_push_dense_interval_ms=1"):
         assert flag in flags
+
+
+def test_more_trainers_than_cores_is_warned_of() -> None:
+    from recrunner.fleet.ps import oversubscribed
+
+    crowded = oversubscribed(load(["mode=ps", "mode.trainers=4", "mode.sync_mode=geo"]), 2)
+    assert crowded is not None and "mode.trainers=4 on 2 core(s)" in crowded
+    assert "geo PS" in crowded and "\n" not in crowded
+    assert oversubscribed(load(["mode=ps", "mode.trainers=2"]), 2) is None
+    assert oversubscribed(load(["mode=collective", "mode.nproc=4"]), 2) is None

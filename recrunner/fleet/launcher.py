@@ -191,9 +191,12 @@ def stop(proc: subprocess.Popen, out: Path) -> None:
 
 def launch(cfg: RootConfig) -> dict[str, Any]:
     """Run the job to completion (restarting it as configured); the writer's summary."""
-    from recrunner.fleet.ps import check_sync_mode
+    from recrunner.fleet.ps import check_sync_mode, oversubscribed
 
     check_sync_mode(cfg)
+    crowded = oversubscribed(cfg, len(os.sched_getaffinity(0)))
+    if crowded:
+        print(f"recrun train: warning: {crowded}", file=sys.stderr, flush=True)
     out = Path(cfg.runner.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     # Before any process starts; each trainer checks the model fingerprint itself.

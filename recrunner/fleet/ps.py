@@ -54,6 +54,21 @@ def check_sync_mode(cfg: RootConfig) -> None:
                         "server (segfault in SendBarrierOp); use mode.sync_mode=async or geo")
 
 
+def oversubscribed(cfg: RootConfig, cores: int) -> str | None:
+    """A one-line warning when a local PS job has more trainers than cores, else None.
+
+    Async and geo then trail the local model far more than with a core per trainer (200k
+    rows, local 0.826: geo with 4 trainers on 2 cores 0.59-0.79 between identical runs, async
+    0.80-0.81; with 2 trainers 0.82; docs/distributed.md). Not an error: a small job on a
+    laptop is still a useful smoke test of the fleet path."""
+    if str(cfg.mode.name) != "ps" or cfg.mode.trainers <= cores:
+        return None
+    return (f"mode.trainers={cfg.mode.trainers} on {cores} core(s): trainers that share cores "
+            f"make {cfg.mode.sync_mode} PS trail the local model far more than usual (geo, 4 "
+            "trainers on 2 cores: 0.03-0.24 AUC; docs/distributed.md); use at most "
+            f"{cores} trainer(s) here")
+
+
 class FleetTable:
     """The model's id table in mode=ps: a lookup in the servers' table (ids [B, S] -> rows
     [B, S, width]), handed to the Net in place of the dygraph embedding."""
