@@ -121,8 +121,11 @@ def test_lost_node_job_finishes_smaller_with_the_same_auc(synth_data: dict[str, 
     assert summary["world_size"] == 1
     # Every row of the epoch trained once: 20000 rows in ceil(20000/128) steps.
     assert summary["steps"] == 157 and summary["train_examples"] == 20_000
-    [event] = summary["restarts"]
-    assert restarts(run)[0]["steps_lost"] == event["steps_lost"]  # metrics.jsonl too
+    # On a busy machine the second node can come up late: the job then starts at world size 1
+    # and restarts once when it joins, before the kill.
+    *joined, event = summary["restarts"]
+    assert len(joined) <= 1 and all(e["reason"] == "a node joined" for e in joined), joined
+    assert restarts(run)[-1]["steps_lost"] == event["steps_lost"]  # metrics.jsonl too
     assert (event["world_size_before"], event["world_size_after"]) == (2, 1)
     assert event["reason"] == "a node left"
     # Resumed mid-epoch from a step checkpoint: at most checkpoint_every_steps lost.
