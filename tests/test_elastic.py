@@ -203,7 +203,10 @@ def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
     assert event["step"] in (stopped_at, stopped_at + 1) and event["steps_lost"] == 0
     assert a_summary["steps"] == 2 * 79 and a_summary["train_examples"] == 2 * 20_000
     b_summary = json.loads((b_run / "summary.json").read_text())
-    assert b_summary["world_size"] == 2 and b_summary["restarts"] == []
+    # Undisturbed by job a: no node left. (A node that came up late under load may have
+    # joined once, as in the lost-node test.)
+    assert b_summary["world_size"] == 2 and len(b_summary["restarts"]) <= 1
+    assert all(e["reason"] == "a node joined" for e in b_summary["restarts"])
     assert b_summary["steps"] == 24 and b_summary["train_examples"] == 6_000
 
 
