@@ -13,7 +13,6 @@ rows/s at batch 256 with 4 clients, the server's CPU ms per call, and the gRPC c
 not return OK (h2load sees only the HTTP status; the server's /metrics counts gRPC codes).
 """
 
-import argparse
 import os
 import re
 import statistics
@@ -28,7 +27,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_serving import cpu_seconds, free_port, load_data, start_server  # noqa: E402
+from bench_serving import (  # noqa: E402
+    ab_arguments,
+    cpu_seconds,
+    free_port,
+    load_data,
+    start_server,
+)
 
 from recrunner.serving import client  # noqa: E402
 
@@ -115,15 +120,7 @@ def run_one(code: Path, export: Path, engine: str, protocols: list[str], batches
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--old", type=Path, required=True, help="the other checkout (A)")
-    p.add_argument("--export", type=Path, required=True)
-    p.add_argument("--data", type=Path, required=True, help="labeled rows of the export's format")
-    p.add_argument("--engine", default="onnx")
-    p.add_argument("--protocols", default="ps-grpc,v2-grpc,v2-http")
-    p.add_argument("--batches", default="1,256")
-    p.add_argument("--requests", type=int, default=20000, help="batch-1 calls measured")
-    p.add_argument("--rounds", type=int, default=2)
+    p = ab_arguments(__doc__.split("\n")[0], "ps-grpc,v2-grpc,v2-http", 20000, 2)
     args = p.parse_args()
     from recrunner.export import load_export
     from recrunner.serving.repository import export_name

@@ -8,7 +8,6 @@ machine distorts least).
     python benchmarks/ab_serving.py --old /work/main --profile 20   # + a py-spy profile of B
 """
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -18,7 +17,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_serving import Target, free_port, load_data, measure, start_server  # noqa: E402
+from bench_serving import (  # noqa: E402
+    Target,
+    ab_arguments,
+    free_port,
+    load_data,
+    measure,
+    start_server,
+)
 
 HERE = Path(__file__).resolve().parent.parent
 # batch -> (clients, iterations; None: --requests)
@@ -56,15 +62,8 @@ def run_one(code: Path, export: Path, engine: str, protocols: list[str], batches
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--old", type=Path, required=True, help="the other checkout (A)")
-    p.add_argument("--export", type=Path, required=True)
-    p.add_argument("--data", type=Path, required=True, help="labeled rows of the export's format")
-    p.add_argument("--engine", default="onnx")
-    p.add_argument("--protocols", default="ps-json,ps-proto,ps-grpc,v2-http,v2-grpc,raw")
-    p.add_argument("--batches", default="1,256")
-    p.add_argument("--requests", type=int, default=2000, help="batch-1 requests measured")
-    p.add_argument("--rounds", type=int, default=3)
+    p = ab_arguments(__doc__.split("\n")[0], "ps-json,ps-proto,ps-grpc,v2-http,v2-grpc,raw",
+                     2000, 3)
     p.add_argument("--profile", type=float, default=0.0,
                    help="seconds of py-spy on B's server in the first round")
     args = p.parse_args()

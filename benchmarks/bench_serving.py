@@ -159,6 +159,22 @@ def load_data(export: Path, path: Path) -> tuple[list[bytes], np.ndarray, np.nda
     return list(data.lines), batch.dense, batch.sparse
 
 
+
+def ab_arguments(description: str, protocols: str, requests: int,
+                 rounds: int) -> argparse.ArgumentParser:
+    """The arguments the A/B scripts share (ab_serving.py, ab_h2load.py): two checkouts, one
+    export and its data, which protocols and batch sizes, how many requests and rounds."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--old", type=Path, required=True, help="the other checkout (A)")
+    p.add_argument("--export", type=Path, required=True)
+    p.add_argument("--data", type=Path, required=True, help="labeled rows of the export's format")
+    p.add_argument("--engine", default="onnx")
+    p.add_argument("--protocols", default=protocols)
+    p.add_argument("--batches", default="1,256")
+    p.add_argument("--requests", type=int, default=requests, help="batch-1 requests measured")
+    p.add_argument("--rounds", type=int, default=rounds)
+    return p
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--export", type=Path)
