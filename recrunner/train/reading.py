@@ -46,14 +46,12 @@ class Reader:
         """This rank's share of each global batch of `size` rows (elastic training), from
         batch `skip` on; parsed in a background thread, a whole pass kept as `batches` does."""
         key = ("shares", spec, size, world, rank)
-        if skip:  # a pass resumed part-way: not a whole pass to keep
-            return prefetch(shares(self.dataset, spec, self.schema, self.errors, size, world,
-                                   rank, skip))
-        cached = self.cached.get(key)
-        if cached is not None:
+        if not skip and (cached := self.cached.get(key)) is not None:
             return iter(cached)
-        return self._keep(key, prefetch(shares(self.dataset, spec, self.schema, self.errors,
-                                               size, world, rank)))
+        parsed = prefetch(shares(self.dataset, spec, self.schema, self.errors, size, world,
+                                 rank, skip))
+        # A pass resumed part-way is not a whole pass: nothing to keep.
+        return parsed if skip else self._keep(key, parsed)
 
     def _keep(self, key: Hashable, batches: Iterator[Any]) -> Iterator[Any]:
         """`batches`, each also copied into the cache while the whole pass fits; the cache
