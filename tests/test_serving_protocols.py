@@ -159,6 +159,32 @@ def test_bad_bodies(server: Server, body: bytes, headers: dict[str, str], status
     assert needle in message and "\n" not in message
 
 
+def test_every_gzip_member_is_read_and_trailing_junk_refused(
+        server: Server, rows: Any, offline: dict[str, np.ndarray]) -> None:
+    """Concatenated gzip members are one body (once only the first was read: two rows, one
+    prediction); bytes after the compressed data are a 400, for gzip and deflate."""
+    import zlib
+
+    one, two = rows.lines[0] + b"\n", rows.lines[1] + b"\n"
+    status, _, data = post(server, "/predict", gzip.compress(one) + gzip.compress(two),
+                           {"Content-Type": "text/plain", "Content-Encoding": "gzip"})
+    assert status == 200, data
+    np.testing.assert_allclose(json.loads(data)["predictions"], offline["probs"][:2],
+                               atol=ATOL)
+    for body, coding in ((gzip.compress(one) + b"garbage", "gzip"),
+                         (zlib.compress(one) + b"garbage", "deflate")):
+        status, _, data = post(server, "/predict", body, {"Content-Type": "text/plain",
+                                                          "Content-Encoding": coding})
+        assert status == 400, data
+        assert json.loads(data)["error"] == (f"invalid {coding} body: 7 bytes after the end "
+                                             "of the compressed data")
+    # The bound is over all members together: 2 x 1.2 MB of spaces > max_body_bytes=2 MB.
+    half = gzip.compress(b" " * 1_200_000)
+    status, _, data = post(server, "/predict", half + half, {"Content-Type": "text/plain",
+                                                             "Content-Encoding": "gzip"})
+    assert status == 413 and b"once decompressed" in data
+
+
 def test_garbage_over_grpc_is_invalid_argument(server: Server) -> None:
     with grpc.insecure_channel(server.grpc_target) as channel:
         call = channel.unary_unary(PADDLE_GRPC)  # bytes in, bytes out

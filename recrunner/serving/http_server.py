@@ -13,6 +13,7 @@ method the path does not take is 405 with Allow; malformed heads get JSON replie
 
 import contextlib
 import gzip
+import re
 import socket
 import sys
 import time
@@ -27,24 +28,56 @@ from recrunner.serving.router import Reply, Request
 if TYPE_CHECKING:
     from recrunner.serving.server import ServingApp
 
+_NULS = re.compile(rb"\x00*")
+_FEED = 1 << 16  # input per inflate call: what is left after a member is copied, so bounded
+# Each member costs an inflater (~17 us): 100k empty ones in a 2 MB body took 1.7 s of CPU.
+MAX_MEMBERS = 1000
+
+
 def decode_body(body: bytes, encoding: str, limit: int) -> bytes:
-    """`body` without its Content-Encoding, at most `limit` bytes once decoded."""
+    """`body` without its Content-Encoding, at most `limit` bytes once decoded.
+
+    gzip: every member, as gzip.decompress reads them (clients may concatenate them; NUL
+    padding between them is skipped); deflate: one zlib stream. Anything else after the data
+    is a 400, never silently dropped."""
     encoding = encoding.strip().lower()
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "x-gzip", "deflate"):
         raise BadRequest(f"Content-Encoding {encoding!r} not supported (gzip, deflate)", 415)
-    # wbits: 16+ for the gzip wrapper, + for zlib's (what HTTP calls deflate).
-    inflater = zlib.decompressobj(31 if "gzip" in encoding else 15)
-    try:
-        out = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise BadRequest(f"invalid {encoding} body: {exc}") from exc
-    if len(out) > limit:
-        raise BadRequest(f"body is over serving.max_body_bytes={limit} once decompressed", 413)
-    if not inflater.eof:
-        raise BadRequest(f"invalid {encoding} body: truncated")
-    return out
+    gz = "gzip" in encoding
+    view = memoryview(body)
+    parts: list[bytes] = []
+    total = pos = members = 0
+    while True:
+        # wbits: 16+ for the gzip wrapper, + for zlib's (what HTTP calls deflate).
+        inflater = zlib.decompressobj(31 if gz else 15)
+        while not inflater.eof:
+            chunk = view[pos:pos + _FEED]
+            try:
+                out = inflater.decompress(chunk, limit + 1 - total)
+            except zlib.error as exc:
+                where = f" (member {members + 1})" if members else ""
+                raise BadRequest(f"invalid {encoding} body{where}: {exc}") from exc
+            total += len(out)
+            if total > limit:
+                raise BadRequest(f"body is over serving.max_body_bytes={limit} once "
+                                 "decompressed", 413)
+            used = len(chunk) - len(inflater.unconsumed_tail) - len(inflater.unused_data)
+            if not inflater.eof and not used and not out:
+                raise BadRequest(f"invalid {encoding} body: truncated")
+            parts.append(out)
+            pos += used
+        members += 1
+        if members > MAX_MEMBERS:
+            raise BadRequest(f"invalid {encoding} body: more than {MAX_MEMBERS} members")
+        if gz:
+            pos = _NULS.match(body, pos).end()  # type: ignore[union-attr]  # always matches
+        if pos == len(body):
+            return b"".join(parts)
+        if not gz or view[pos:pos + 2] != b"\x1f\x8b":
+            raise BadRequest(f"invalid {encoding} body: {len(body) - pos} bytes after the end "
+                             "of the compressed data")
 
 
 def accepts(header: str, coding: str) -> bool:
