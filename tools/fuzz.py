@@ -28,7 +28,9 @@ from recrunner.data.errors import RowErrors  # noqa: E402
 from recrunner.data.reader import iter_file  # noqa: E402
 from recrunner.data.schema import Schema, load_schema_config  # noqa: E402
 from recrunner.errors import RecrunnerError  # noqa: E402
-from recrunner.serving import paddle_serving, protocol, raw_rows  # noqa: E402
+from recrunner.serving import open_inference, paddle_serving, protocol, raw_rows  # noqa: E402
+from recrunner.serving.http_server import decode_body  # noqa: E402
+from recrunner.serving.router import Request  # noqa: E402
 
 COMMON = 1009
 SCHEMAS = {
@@ -154,6 +156,79 @@ def raw(model: protocol.Model, body: bytes) -> None:
         assert sparse.max(initial=0) < model.num_buckets
 
 
+def checked(model: protocol.Model, dense: np.ndarray, sparse: np.ndarray) -> None:
+    """What every parser hands the data plane: the export's dtypes, shapes and id range."""
+    assert dense.dtype == np.float32 and sparse.dtype == np.int64
+    assert dense.shape == (len(sparse), model.schema.num_dense)
+    assert sparse.shape == (len(dense), model.schema.sparse_width) and len(dense) >= 1
+    assert np.isfinite(dense).all() and sparse.min() >= 0
+    assert sparse.max() < model.num_buckets
+
+
+def paddle_proto(model: protocol.Model, body: bytes) -> None:
+    """Paddle Serving's protobuf `Request` (HTTP application/proto and its gRPC service)."""
+    req = paddle_serving.decode_message(model, paddle_serving.parse_message(body))
+    checked(model, req.dense, req.sparse)
+
+
+def v2_http(model: protocol.Model, body: bytes) -> None:
+    """v2 infer over HTTP: JSON tensors, or a JSON header (its length in the first two bytes,
+    when odd) followed by binary tensor data."""
+    if len(body) < 2:
+        return
+    split = int.from_bytes(body[:2], "little")
+    headers = {open_inference.HEADER_LENGTH: str(split >> 1)} if split & 1 else {}
+    req, binary = open_inference.split_body(Request("POST", "/v2/models/m/infer", headers,
+                                                    body[2:]))
+    checked(model, *open_inference.arrays(model, open_inference.http_inputs(req, binary)))
+    for name, binary_out in open_inference.http_outputs(req):
+        assert isinstance(name, str) and isinstance(binary_out, bool)
+
+
+def v2_grpc(model: protocol.Model, body: bytes) -> None:
+    """v2 ModelInfer's request message (typed contents or raw_input_contents)."""
+    from google.protobuf.message import DecodeError
+
+    try:  # the gRPC server decodes the message (INVALID_ARGUMENT when it cannot)
+        msg = open_inference.pb.ModelInferRequest.FromString(body)
+    except DecodeError:
+        return
+    checked(model, *open_inference.arrays(model, open_inference.grpc_inputs(msg)))
+
+
+def body(data: bytes) -> None:
+    """Content-Encoding: gzip/deflate bodies, compared with the standard library's decoders
+    (within a small limit, to also reach the over-limit path)."""
+    import zlib
+
+    if not data:
+        return
+    coding = ("gzip", "deflate", "x-gzip", "identity")[data[0] & 3]
+    limit = 1 + (data[0] >> 2) * 64
+    payload = data[1:]
+    reason = ""
+    try:
+        got: bytes | None = decode_body(payload, coding, limit)
+    except protocol.BadRequest as exc:
+        one_line(exc)
+        assert exc.status in (400, 413), exc.status
+        got, reason = None, exc.reason
+    try:
+        if coding == "deflate":  # zlib.decompress would ignore bytes after the stream
+            inflater = zlib.decompressobj()
+            want: bytes | None = inflater.decompress(payload) + inflater.flush()
+            if not inflater.eof or inflater.unused_data:
+                want = None
+        else:
+            want = gzip.decompress(payload) if "gzip" in coding else payload
+    except (OSError, EOFError, zlib.error):  # BadGzipFile is an OSError
+        want = None
+    if got is not None:  # what decode_body accepts, the standard library reads alike
+        assert got == want, (got, want)
+    elif want is not None and len(want) <= limit and payload:  # refused only over a bound
+        assert "members" in reason, f"refused a valid body: {reason}"
+
+
 def config(data: bytes) -> None:
     """Random override strings for the config loader."""
     from recrunner.config.compose import load
@@ -165,6 +240,68 @@ def config(data: bytes) -> None:
         one_line(exc)
 
 
+def _seed_tensors(n: int) -> tuple[np.ndarray, np.ndarray]:
+    schema = SCHEMAS["criteo"]
+    rng = np.random.default_rng(n)
+    return (rng.normal(size=(n, schema.num_dense)).astype(np.float32),
+            rng.integers(0, COMMON, (n, schema.sparse_width)))
+
+
+def seeds(target: str) -> list[bytes]:
+    """Valid inputs of the serving targets (criteo's model: a first byte that is odd), so the
+    fuzzer starts past the decoders."""
+    import json
+    import zlib
+
+    from recrunner.serving.proto import paddle_serving_pb2 as ps
+
+    out: list[bytes] = []
+    for n in (1, 3):
+        dense, sparse = _seed_tensors(n)
+        if target == "paddle_proto":
+            msg = ps.Request(tensor=[
+                ps.Tensor(name="dense", elem_type=1, shape=dense.shape, float_data=dense.ravel()),
+                ps.Tensor(alias_name="sparse_ids", elem_type=n % 2 * 2, shape=sparse.shape,
+                          **{"int_data" if n % 2 else "int64_data": sparse.ravel()})],
+                fetch_var_names=["prob"], log_id=n)
+            out.append(b"\x01" + msg.SerializeToString())
+        elif target == "v2_http":
+            tensors = [{"name": "dense", "datatype": "FP32", "shape": list(dense.shape),
+                        "data": dense.tolist()},
+                       {"name": "sparse_ids", "datatype": "INT64", "shape": list(sparse.shape),
+                        "data": sparse.ravel().tolist()}]
+            plain = json.dumps({"inputs": tensors, "outputs": [{"name": "prob"}]}).encode()
+            out.append(b"\x01\x00\x00" + plain)
+            raw = [dense.tobytes(), sparse.astype("<i4").tobytes()]
+            for t, r in zip(tensors, raw, strict=True):
+                del t["data"]
+                t["parameters"] = {"binary_data_size": len(r)}
+            tensors[1]["datatype"] = "INT32"
+            head = json.dumps({"inputs": tensors, "parameters": {"binary_data_output": True}}
+                              ).encode()
+            out.append(b"\x01" + (len(head) * 2 + 1).to_bytes(2, "little") + head + b"".join(raw))
+        elif target == "v2_grpc":
+            req = open_inference.pb.ModelInferRequest
+            typed = req(model_name="m", inputs=[
+                req.InferInputTensor(name="dense", datatype="FP32", shape=dense.shape,
+                                     contents={"fp32_contents": dense.ravel()}),
+                req.InferInputTensor(name="sparse_ids", datatype="INT64", shape=sparse.shape,
+                                     contents={"int64_contents": sparse.ravel()})])
+            out.append(b"\x01" + typed.SerializeToString())
+            raw_req = req(inputs=[req.InferInputTensor(name="dense", datatype="FP64",
+                                                       shape=dense.shape),
+                                  req.InferInputTensor(name="sparse_ids", datatype="INT32",
+                                                       shape=sparse.shape)],
+                          raw_input_contents=[dense.astype("<f8").tobytes(),
+                                              sparse.astype("<i4").tobytes()])
+            out.append(b"\x01" + raw_req.SerializeToString())
+        elif target == "body":
+            row = b"\t".join([b"1"] * 13 + [b"68fd1e64"] * 26) * n
+            out += [b"\xfc" + gzip.compress(row) + gzip.compress(row[:9]),
+                    b"\xfd" + zlib.compress(row), b"\x10" + gzip.compress(row) + b"\x00\x00"]
+    return out
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "criteo": rows_target("criteo"),
     "tags": rows_target("tags"),
@@ -173,6 +310,10 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "inference": request(paddle_serving.parse_inference),
     "prediction": request(paddle_serving.parse_prediction),
     "raw": request(raw),
+    "paddle_proto": request(paddle_proto),
+    "v2_http": request(v2_http),
+    "v2_grpc": request(v2_grpc),
+    "body": body,
     "config": config,
 }
 
@@ -218,7 +359,11 @@ def main() -> None:
     argv = [sys.argv[0], f"-max_total_time={args.seconds}", "-print_final_stats=1",
             "-max_len=4096", *rest]
     if args.corpus:
-        Path(args.corpus).mkdir(parents=True, exist_ok=True)
+        corpus = Path(args.corpus)
+        corpus.mkdir(parents=True, exist_ok=True)
+        if not any(corpus.iterdir()):  # a new corpus starts from valid inputs
+            for i, seed in enumerate(seeds(args.target)):
+                (corpus / f"seed{i}").write_bytes(seed)
         argv.append(args.corpus)
     instrument(atheris)
     atheris.Setup(argv, target)

@@ -82,9 +82,8 @@ def check_datatype(name: str, datatype: str) -> None:
                          f"{' or '.join(ACCEPTS[name])}")
 
 
-def arrays(model: LoadedModel, tensors: list[Tensor]) -> tuple[np.ndarray, np.ndarray]:
+def arrays(spec: protocol.Model, tensors: list[Tensor]) -> tuple[np.ndarray, np.ndarray]:
     """The model's checked inputs from the request's tensors."""
-    spec = model.spec
     width = spec.widths
     got: dict[str, np.ndarray] = {}
     for t in tensors:
@@ -143,6 +142,8 @@ def split_body(request: Request) -> tuple[Any, bytes]:
 
 
 def http_inputs(req: Any, binary: bytes) -> list[Tensor]:
+    if not isinstance(req, dict):
+        raise BadRequest("body must be a JSON object with 'inputs'")
     inputs = req.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise BadRequest("'inputs' must be a non-empty list of tensors")
@@ -169,6 +170,24 @@ def http_inputs(req: Any, binary: bytes) -> list[Tensor]:
     if offset != len(binary):
         raise BadRequest(f"{len(binary) - offset} bytes of binary data belong to no input")
     return tensors
+
+
+def http_outputs(req: dict[str, Any]) -> list[tuple[str, bool]]:
+    """The outputs asked for (default: the probability), each with whether it goes back as
+    binary data (its `binary_data`, else the request's `binary_data_output`)."""
+    top = req.get("parameters")
+    top = top if isinstance(top, dict) else {}
+    binary_all = bool(top.get("binary_data_output", False))
+    outputs = req.get("outputs")
+    if outputs is None or outputs == []:
+        return [(OUTPUT, binary_all)]
+    if not isinstance(outputs, list) or not all(
+            isinstance(o, dict) and isinstance(o.get("name"), str)
+            and isinstance(o.get("parameters") or {}, dict) for o in outputs):
+        raise BadRequest("'outputs' must be a list of {\"name\": ..., \"parameters\": {...}} "
+                         "objects")
+    return [(o["name"], bool((o.get("parameters") or {}).get("binary_data", binary_all)))
+            for o in outputs]
 
 
 class OpenInferenceEndpoints:
@@ -207,20 +226,9 @@ class OpenInferenceEndpoints:
     def infer(self, request: Request, params: dict[str, str]) -> Reply:
         model = model_for(self.plane, request.call, params["name"], params.get("version"))
         req, binary = split_body(request)
-        if not isinstance(req, dict):
-            raise BadRequest("body must be a JSON object with 'inputs'")
-        dense, sparse = arrays(model, http_inputs(req, binary))
-        outputs = req.get("outputs")
-        if outputs is not None and (not isinstance(outputs, list) or not all(
-                isinstance(o, dict) and isinstance(o.get("name"), str) for o in outputs)):
-            raise BadRequest("'outputs' must be a list of {\"name\": ...} objects")
-        wanted = [o["name"] for o in outputs] if outputs else [OUTPUT]
-        check_outputs(model, wanted)
-        top = req.get("parameters")
-        top = top if isinstance(top, dict) else {}
-        binary_all = bool(top.get("binary_data_output", False))
-        binary_of = {o["name"]: bool((o.get("parameters") or {}).get("binary_data", binary_all))
-                     for o in outputs or []}
+        dense, sparse = arrays(model.spec, http_inputs(req, binary))
+        wanted = http_outputs(req)
+        check_outputs(model, [name for name, _ in wanted])
         probs = self.plane.infer(model, dense, sparse)
         n = len(probs)
         reply: dict[str, Any] = {"model_name": model.name, "model_version": model.version,
@@ -229,9 +237,9 @@ class OpenInferenceEndpoints:
             reply["id"] = req["id"]
         raw = probs.astype("<f4", copy=False).tobytes()
         chunks: list[bytes] = []
-        for name in wanted:
+        for name, binary_out in wanted:
             out: dict[str, Any] = {"name": name, "datatype": "FP32", "shape": [n, 1]}
-            if binary_of.get(name, binary_all):
+            if binary_out:
                 out["parameters"] = {"binary_data_size": len(raw)}
                 chunks.append(raw)
             else:
@@ -306,7 +314,7 @@ class InferenceServicer:
 
     def model_infer(self, msg: pb.ModelInferRequest, call: Call) -> tuple[Any, int]:
         model = model_for(self.plane, call, msg.model_name, msg.model_version)
-        dense, sparse = arrays(model, grpc_inputs(msg))
+        dense, sparse = arrays(model.spec, grpc_inputs(msg))
         wanted = [o.name for o in msg.outputs] or [OUTPUT]
         check_outputs(model, wanted)
         probs = self.plane.infer(model, dense, sparse)
