@@ -14,6 +14,7 @@ tests/fuzz_corpus/<target>/ holds the inputs tools/fuzz.py found; each is replay
 import gzip
 import importlib.util
 import json
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,7 +35,10 @@ from recrunner.data.hashing import field_salt, hash_strings
 from recrunner.data.reader import iter_file
 from recrunner.data.schema import Schema, load_schema_config
 from recrunner.errors import RecrunnerError
-from recrunner.serving import paddle_serving, protocol, raw_rows
+from recrunner.serving import open_inference, paddle_serving, protocol, raw_rows
+from recrunner.serving.http_server import decode_body
+from recrunner.serving.proto import paddle_serving_pb2 as ps
+from recrunner.serving.router import Request
 
 REPO = Path(__file__).resolve().parent.parent
 COMMON = 1009
@@ -486,6 +491,319 @@ def test_predict_tags_rows_equal_the_file_reader(tmp_path_factory: pytest.TempPa
     path.write_bytes(body)
     want = read_file(TAGS, path, labeled=False)[:2]
     assert_same(predict_rows(TAGS_MODEL, body, False), want)
+
+
+# --- protobuf, the Open Inference Protocol and Content-Encoding ------------------------------
+
+V2 = open_inference
+int64s = st.integers(-(2**63), 2**63 - 1)
+int32s = st.integers(-(2**31), 2**31 - 1)
+any_name = st.sampled_from(["dense", "sparse_ids", "prob", "", "x"]) | st.text(max_size=6)
+any_datatype = st.sampled_from(["FP32", "FP64", "INT64", "INT32", "BYTES", "BOOL", "UINT8",
+                                "fp32", ""]) | st.text(max_size=5)
+
+
+@st.composite
+def model_inputs(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
+    """Valid model inputs for CRITEO: [n, 13] finite float32 and [n, 26] ids in range."""
+    n = draw(st.integers(1, 4))
+    dense = draw(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False),
+                          min_size=n * ND, max_size=n * ND))
+    sparse = draw(st.lists(st.integers(0, MODEL.num_buckets - 1), min_size=n * NS,
+                           max_size=n * NS))
+    return (np.array(dense, np.float32).reshape(n, ND),
+            np.array(sparse, np.int64).reshape(n, NS))
+
+
+def mutate(draw: st.DrawFn, data: bytes) -> bytes:
+    """A serialized message with bytes flipped, cut, or inserted (or unchanged)."""
+    how = draw(st.sampled_from(["", "", "flip", "cut", "insert"]))
+    if how == "" or not data:
+        return data
+    i = draw(st.integers(0, len(data) - 1))
+    if how == "flip":
+        return data[:i] + bytes([data[i] ^ draw(st.integers(1, 255))]) + data[i + 1:]
+    if how == "cut":
+        return data[:i]
+    return data[:i] + draw(st.binary(min_size=1, max_size=8)) + data[i:]
+
+
+def paddle_message(dense: np.ndarray, sparse: np.ndarray, int32_ids: bool = False,
+                   log_id: int = 1) -> ps.Request:
+    ids = {"int_data" if int32_ids else "int64_data": sparse.ravel().tolist()}
+    return ps.Request(tensor=[
+        ps.Tensor(name="dense", alias_name="dense", elem_type=1, shape=dense.shape,
+                  float_data=dense.ravel().tolist()),
+        ps.Tensor(name="sparse_ids", alias_name="sparse_ids", elem_type=2 if int32_ids else 0,
+                  shape=sparse.shape, **ids)], fetch_var_names=["prob"], log_id=log_id)
+
+
+@st.composite
+def paddle_proto_body(draw: st.DrawFn) -> bytes:
+    """Paddle Serving's protobuf Request, near-valid with one part fuzzed, then maybe mangled."""
+    msg = paddle_message(*draw(model_inputs()), draw(st.booleans()),
+                         draw(st.integers(0, 2**64 - 1)))
+    t = msg.tensor[draw(st.integers(0, 1))]
+    where = draw(st.sampled_from(["", "shape", "type", "data", "name", "fetch", "extra",
+                                  "drop"]))
+    if where == "shape":
+        t.ClearField("shape")
+        t.shape.extend(draw(st.lists(int32s, max_size=4)))
+    elif where == "type":
+        t.elem_type = draw(st.sampled_from([0, 1, 2, 3, 20]) | int32s)
+    elif where == "data":
+        field = draw(st.sampled_from(["float_data", "int64_data", "int_data", "data",
+                                      "float64_data"]))
+        t.ClearField(field)
+        values = {"float_data": st.floats(width=32), "float64_data": st.floats(),
+                  "int64_data": int64s, "int_data": int32s, "data": st.text(max_size=4)}[field]
+        getattr(t, field).extend(draw(st.lists(values, max_size=120)))
+    elif where == "name":
+        t.name, t.alias_name = draw(any_name), draw(any_name)
+    elif where == "fetch":
+        msg.fetch_var_names[:] = draw(st.lists(any_name, max_size=3))
+    elif where == "extra":
+        msg.tensor.append(t)
+    elif where == "drop":
+        msg.tensor.remove(t)
+    return mutate(draw, msg.SerializeToString())
+
+
+def checked(req: tuple[np.ndarray, np.ndarray] | None, model: protocol.Model = MODEL) -> None:
+    """What reaches the data plane: the export's dtypes, shapes and id range."""
+    if req is None:
+        return
+    dense, sparse = req
+    assert dense.dtype == np.float32 and sparse.dtype == np.int64
+    assert dense.shape == (len(sparse), model.schema.num_dense) and len(sparse) >= 1
+    assert sparse.shape[1] == model.schema.sparse_width and np.isfinite(dense).all()
+    assert sparse.min() >= 0 and sparse.max() < model.num_buckets
+
+
+def paddle_proto(body: bytes, model: protocol.Model = MODEL) -> tuple[np.ndarray, np.ndarray]:
+    req = paddle_serving.decode_message(model, paddle_serving.parse_message(body))
+    return req.dense, req.sparse
+
+
+@PROPS
+@given(body=paddle_proto_body() | st.binary(max_size=200), tags=st.booleans())
+def test_paddle_protobuf_requests_raise_only_bad_request(body: bytes, tags: bool) -> None:
+    model = TAGS_MODEL if tags else MODEL
+    checked(only_bad_request(lambda: paddle_proto(body, model)), model)
+
+
+def v2_tensors(dense: np.ndarray, sparse: np.ndarray, binary: bool, int32_ids: bool,
+               fp64: bool) -> tuple[list[dict[str, Any]], bytes]:
+    """The v2 JSON `inputs` (and the binary data after the header when `binary`)."""
+    ids = sparse.astype("<i4" if int32_ids else "<i8")
+    values = dense.astype("<f8" if fp64 else "<f4")
+    tensors: list[dict[str, Any]] = [
+        {"name": "dense", "datatype": "FP64" if fp64 else "FP32", "shape": list(dense.shape)},
+        {"name": "sparse_ids", "datatype": "INT32" if int32_ids else "INT64",
+         "shape": list(sparse.shape)}]
+    if not binary:
+        tensors[0]["data"] = values.tolist()  # nested, row-major
+        tensors[1]["data"] = ids.ravel().tolist()  # flat
+        return tensors, b""
+    tensors[0]["parameters"] = {"binary_data_size": values.nbytes}
+    tensors[1]["parameters"] = {"binary_data_size": ids.nbytes}
+    return tensors, values.tobytes() + ids.tobytes()
+
+
+def v2_body(tensors: list[dict[str, Any]], binary: bytes, **extra: Any
+            ) -> tuple[dict[str, str], bytes]:
+    head = json.dumps({"inputs": tensors, **extra}).encode()
+    headers = {V2.HEADER_LENGTH: str(len(head))} if binary else {}
+    return headers, head + binary
+
+
+def v2_http(headers: dict[str, str], body: bytes, model: protocol.Model = MODEL
+            ) -> tuple[np.ndarray, np.ndarray]:
+    req, binary = V2.split_body(Request("POST", "/v2/models/m/infer", headers, body))
+    got = V2.arrays(model, V2.http_inputs(req, binary))
+    for name, binary_out in V2.http_outputs(req):
+        assert isinstance(name, str) and isinstance(binary_out, bool)
+    return got
+
+
+@st.composite
+def v2_http_request(draw: st.DrawFn) -> tuple[dict[str, str], bytes]:
+    """v2 JSON or binary-tensor requests, near-valid with one part fuzzed."""
+    binary = draw(st.booleans())
+    tensors, raw = v2_tensors(*draw(model_inputs()), binary, draw(st.booleans()),
+                              draw(st.booleans()))
+    extra: dict[str, Any] = {"outputs": [{"name": "prob"}]}
+    t = tensors[draw(st.integers(0, 1))]
+    where = draw(st.sampled_from(["", "tensor", "shape", "data", "datatype", "name", "size",
+                                  "params", "outputs", "top", "length"]))
+    if where == "tensor":
+        tensors[tensors.index(t)] = draw(json_value)
+    elif where in ("shape", "data", "datatype", "name", "params"):
+        t[where.replace("params", "parameters")] = draw(json_value | any_datatype)
+    elif where == "size":
+        t["parameters"] = {"binary_data_size": draw(st.integers(-5, 10**4) | json_value)}
+    elif where == "outputs":
+        extra["outputs"] = draw(json_value | st.lists(st.fixed_dictionaries(
+            {"name": any_name, "parameters": json_value}), max_size=2))
+    elif where == "top":
+        extra[draw(st.sampled_from(["inputs", "parameters", "id"]))] = draw(json_value)
+    headers, body = v2_body(tensors, raw, **extra)
+    if where == "length":
+        headers = {V2.HEADER_LENGTH: draw(st.sampled_from(["-1", "", "x", "1e3", str(len(body)),
+                                                           str(len(body) + 1), "0"]))}
+    return headers, body
+
+
+@PROPS
+@given(request=v2_http_request() | st.tuples(
+    st.sampled_from([{}, {V2.HEADER_LENGTH: "3"}, {V2.HEADER_LENGTH: "0"}]),
+    st.binary(max_size=200)), tags=st.booleans())
+def test_v2_http_requests_raise_only_bad_request(request: tuple[dict[str, str], bytes],
+                                                 tags: bool) -> None:
+    model = TAGS_MODEL if tags else MODEL
+    checked(only_bad_request(lambda: v2_http(*request, model)), model)
+
+
+def v2_grpc_message(dense: np.ndarray, sparse: np.ndarray, raw: bool, int32_ids: bool,
+                    fp64: bool) -> Any:
+    infer = V2.pb.ModelInferRequest
+    dtype = ("FP64" if fp64 else "FP32", "INT32" if int32_ids else "INT64")
+    inputs = [infer.InferInputTensor(name="dense", datatype=dtype[0], shape=dense.shape),
+              infer.InferInputTensor(name="sparse_ids", datatype=dtype[1], shape=sparse.shape)]
+    msg = infer(model_name="m", inputs=inputs)
+    if raw:
+        msg.raw_input_contents.extend([dense.astype(V2.NUMPY[dtype[0]]).tobytes(),
+                                       sparse.astype(V2.NUMPY[dtype[1]]).tobytes()])
+    else:
+        for t, values in zip(inputs, (dense, sparse), strict=True):
+            getattr(msg.inputs[inputs.index(t)].contents, V2.CONTENTS[t.datatype]).extend(
+                values.ravel().tolist())
+    return msg
+
+
+def v2_grpc(body: bytes, model: protocol.Model = MODEL) -> tuple[np.ndarray, np.ndarray] | None:
+    try:  # the gRPC server decodes the message (INVALID_ARGUMENT when it cannot)
+        msg = V2.pb.ModelInferRequest.FromString(body)
+    except DecodeError:
+        return None
+    return V2.arrays(model, V2.grpc_inputs(msg))
+
+
+@st.composite
+def v2_grpc_body(draw: st.DrawFn) -> bytes:
+    msg = v2_grpc_message(*draw(model_inputs()), draw(st.booleans()), draw(st.booleans()),
+                          draw(st.booleans()))
+    t = msg.inputs[draw(st.integers(0, 1))]
+    where = draw(st.sampled_from(["", "shape", "datatype", "name", "contents", "raw", "drop"]))
+    if where == "shape":
+        t.ClearField("shape")
+        t.shape.extend(draw(st.lists(int64s, max_size=4)))
+    elif where == "datatype":
+        t.datatype = draw(any_datatype)
+    elif where == "name":
+        t.name = draw(any_name)
+    elif where == "contents":
+        t.contents.int_contents.extend(draw(st.lists(int32s, max_size=30)))
+        t.contents.fp32_contents.extend(draw(st.lists(st.floats(width=32), max_size=30)))
+    elif where == "raw":
+        msg.raw_input_contents.append(draw(st.binary(max_size=64)))
+    elif where == "drop":
+        msg.inputs.remove(t)
+    return mutate(draw, msg.SerializeToString())
+
+
+@PROPS
+@given(body=v2_grpc_body() | st.binary(max_size=200), tags=st.booleans())
+def test_v2_grpc_requests_raise_only_bad_request(body: bytes, tags: bool) -> None:
+    model = TAGS_MODEL if tags else MODEL
+    checked(only_bad_request(lambda: v2_grpc(body, model)), model)
+
+
+@PROPS
+@given(inputs=model_inputs(), int32_ids=st.booleans(), fp64=st.booleans())
+def test_every_protocol_gives_the_same_arrays(inputs: tuple[np.ndarray, np.ndarray],
+                                              int32_ids: bool, fp64: bool) -> None:
+    """The same rows through Paddle Serving's JSON (both APIs) and protobuf (its HTTP body and
+    gRPC message), and v2 JSON, binary and gRPC (typed and raw contents): identical arrays."""
+    dense, sparse = inputs
+    assert_same_exactly(via_every_protocol(dense, sparse, int32_ids, fp64), (dense, sparse))
+
+
+def via_every_protocol(dense: np.ndarray, sparse: np.ndarray, int32_ids: bool = False,
+                       fp64: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    n = len(dense)
+    out = {}
+    inference = {"tensor": [
+        {"name": "dense", "elem_type": 1, "shape": [n, ND], "float_data": dense.ravel().tolist()},
+        {"alias_name": "sparse_ids", "elem_type": 2 if int32_ids else 0, "shape": [n, NS],
+         "int_data" if int32_ids else "int64_data": sparse.ravel().tolist()}]}
+    req = paddle_serving.parse_inference(MODEL, json.dumps(inference).encode())
+    out["paddle json"] = req.dense, req.sparse
+    prediction = {"feed": [{"dense": d.tolist(), "sparse_ids": s.tolist()}
+                           for d, s in zip(dense, sparse, strict=True)], "fetch": ["prob"]}
+    pred = paddle_serving.parse_prediction(MODEL, json.dumps(prediction).encode())
+    out["paddle prediction"] = pred.dense, pred.sparse
+    out["paddle protobuf"] = paddle_proto(paddle_message(dense, sparse, int32_ids)
+                                          .SerializeToString())
+    for binary in (False, True):
+        tensors, raw = v2_tensors(dense, sparse, binary, int32_ids, fp64)
+        out[f"v2 {'binary' if binary else 'json'}"] = v2_http(*v2_body(tensors, raw))
+    for raw_contents in (False, True):
+        got = v2_grpc(v2_grpc_message(dense, sparse, raw_contents, int32_ids, fp64)
+                      .SerializeToString())
+        assert got is not None
+        out[f"v2 grpc {'raw' if raw_contents else 'typed'}"] = got
+    return out
+
+
+def assert_same_exactly(got: dict[str, tuple[np.ndarray, np.ndarray]],
+                        want: tuple[np.ndarray, np.ndarray]) -> None:
+    for name, arrays in got.items():
+        for x, y in zip(arrays, want, strict=True):
+            assert x.dtype == y.dtype and x.shape == y.shape, name
+            np.testing.assert_array_equal(x, y, err_msg=name)
+
+
+@PROPS
+@given(rows=st.lists(criteo_row(labeled=False), min_size=1, max_size=4))
+def test_every_protocol_equals_the_raw_rows_path(rows: list[list[str]]) -> None:
+    """Rows sent to /predict, and the arrays they became sent through every tensor protocol:
+    the same arrays (the tensor protocols carry exactly what /predict computes)."""
+    dense, sparse = predict_rows(MODEL, encode(rows, "\t", None, False, False, True), False)
+    assert_same_exactly(via_every_protocol(dense, sparse), (dense, sparse))
+
+
+@PROPS
+@given(parts=st.lists(st.binary(max_size=300), min_size=1, max_size=4),
+       padding=st.lists(st.integers(0, 3), min_size=4, max_size=4), level=st.integers(0, 9))
+def test_decode_body_reads_every_gzip_member(parts: list[bytes], padding: list[int],
+                                             level: int) -> None:
+    """Concatenated members (NUL padding between them allowed) are the joined parts; the bound
+    is over their total; deflate is one stream."""
+    body = b"".join(gzip.compress(p, level) + b"\x00" * n
+                    for p, n in zip(parts, padding, strict=False))
+    whole = b"".join(parts)
+    assert decode_body(body, "gzip", len(whole)) == whole == gzip.decompress(body)
+    if whole:
+        with pytest.raises(protocol.BadRequest) as info:
+            decode_body(body, "x-gzip", len(whole) - 1)
+        assert info.value.status == 413
+    assert decode_body(zlib.compress(whole, level), "deflate", len(whole)) == whole
+
+
+@PROPS
+@given(body=st.binary(max_size=300) | st.lists(st.binary(max_size=40), max_size=3).map(
+    lambda ps: b"".join(gzip.compress(p) for p in ps)).flatmap(
+        lambda b: st.tuples(st.just(b), st.binary(max_size=6)).map(lambda t: t[0] + t[1])),
+       coding=st.sampled_from(["gzip", "deflate", "x-gzip", "identity", "", "br", " GZIP "]),
+       limit=st.integers(0, 200))
+def test_decode_body_any_bytes_raise_only_bad_request(body: bytes, coding: str,
+                                                      limit: int) -> None:
+    got = only_bad_request(lambda: decode_body(body, coding, limit))
+    if got is not None and coding.strip().lower() not in ("", "identity"):
+        assert len(got) <= limit
+        assert got == (gzip.decompress(body) if "gzip" in coding.lower()
+                       else zlib.decompress(body))
 
 
 # --- config overrides -----------------------------------------------------------------------

@@ -124,6 +124,7 @@ class Route:
     request: dict[str, Schema] = field(default_factory=dict)  # media type -> schema
     replies: dict[int, tuple[str, dict[str, Schema]]] = field(default_factory=dict)
     tagged: bool = False  # replies carry the model version header
+    headers: tuple[Schema, ...] = ()  # request header parameters besides Content-Encoding
 
     @functools.cached_property
     def pattern(self) -> re.Pattern[str]:
@@ -141,6 +142,17 @@ PROTO = "application/proto"
 OCTETS = "application/octet-stream"
 _V2_MODEL = "/v2/models/{name}"
 _V2_VERSION = "/v2/models/{name}/versions/{version}"
+# The binary tensor data extension: the JSON header's length; the tensors' bytes follow it.
+_V2_HEADER_LENGTH: Schema = {
+    "name": "Inference-Header-Content-Length", "in": "header", "required": False,
+    "description": "with application/octet-stream: the length of the JSON header at the start "
+                   "of the body; the binary tensor data follows it",
+    "schema": {"type": "integer", "minimum": 0}}
+CONTENT_ENCODING: Schema = {
+    "name": "Content-Encoding", "in": "header", "required": False,
+    "description": "the body's compression (gzip members may be concatenated); decoded within "
+                   "serving.max_body_bytes",
+    "schema": {"type": "string", "enum": ["gzip", "x-gzip", "deflate", "identity"]}}
 _v2_not_found = {404: ("no model of that name or version", {JSON: ERROR})}
 _v2_unready = {503: ("model not loaded yet", {JSON: ERROR})}
 
@@ -148,7 +160,7 @@ ROUTES: tuple[Route, ...] = (
     Route("/GeneralModelService/inference", ("POST",), "inference",
           "Paddle Serving's C++ server API: feed tensors in, fetch tensors out (JSON, or its "
           "protobuf Request as application/proto).",
-          {JSON: INFERENCE_REQUEST},
+          {JSON: INFERENCE_REQUEST, PROTO: BINARY},
           {200: ("probabilities", {JSON: INFERENCE_REPLY, PROTO: BINARY}),
            **{c: (BODY_ERRORS[c], {JSON: INFERENCE_REPLY, PROTO: BINARY})
               for c in (400, 408, 411, 413, 415, 503)}}, tagged=True),
@@ -182,9 +194,10 @@ ROUTES: tuple[Route, ...] = (
             "Open Inference Protocol: inference (JSON tensors, or the binary tensor data "
             "extension: a JSON header of Inference-Header-Content-Length bytes, then the "
             "tensors).",
-            {JSON: V2_INFER_REQUEST},
+            {JSON: V2_INFER_REQUEST, OCTETS: BINARY},
             {200: ("probabilities", {JSON: V2_INFER_REPLY, OCTETS: BINARY}),
-             **_errors(400, 404, 408, 411, 413, 415, 503)}, tagged=True)
+             **_errors(400, 404, 408, 411, 413, 415, 503)}, tagged=True,
+            headers=(_V2_HEADER_LENGTH,))
       for path in (_V2_MODEL, _V2_VERSION)),
     Route("/v2/repository/models/{name}/load", ("POST",), "load",
           "Load the export in serving.model_dir again and swap it in (a no-op if unchanged); "
@@ -193,7 +206,7 @@ ROUTES: tuple[Route, ...] = (
           {200: ("the version now served", {JSON: LOAD_REPLY}),
            404: ("no model of that name", {JSON: ERROR}),
            409: ("the export was refused; the old version keeps serving", {JSON: ERROR}),
-           **_errors(400, 408, 411, 413, 503)}),
+           **_errors(400, 408, 411, 413, 415, 503)}),
     Route("/healthz", ("GET",), "healthz", "Readiness, and the model version served.",
           replies={200: ("ready", {JSON: HEALTH}),
                    503: ("loading, failed or draining", {JSON: HEALTH})}),
@@ -254,8 +267,9 @@ def document(title: str = "recrun serve") -> dict[str, Any]:
             op_id = re.sub(r"\W+", "_", route.path.strip("/")) or "root"
             op: dict[str, Any] = {"operationId": f"{op_id}_{method.lower()}",
                                   "summary": route.summary, "responses": {}}
-            if params:
-                op["parameters"] = params
+            headers = [*route.headers, CONTENT_ENCODING] if route.request else []
+            if params or headers:
+                op["parameters"] = params + headers
             if route.request:
                 op["requestBody"] = {"required": route.endpoint != "load", "content": {
                     media: {"schema": _schema30(s)} for media, s in route.request.items()}}
