@@ -300,6 +300,12 @@ V2_BAD: list[tuple[str, bytes, dict[str, str], int, str]] = [
         {"name": "dense", "datatype": "FP32", "shape": [1, 13], "data": [1] * 13},
         {"name": "sparse_ids", "datatype": "INT64", "shape": [1, 26], "data": [1] * 26}],
         "outputs": [{"name": "logit"}]}).encode(), {}, 400, "unknown output 'logit'"),
+    # Once an AttributeError in the reply's binary_data lookup: a 500.
+    ("output parameters not an object", json.dumps({"inputs": [
+        {"name": "dense", "datatype": "FP32", "shape": [1, 13], "data": [1] * 13},
+        {"name": "sparse_ids", "datatype": "INT64", "shape": [1, 26], "data": [1] * 26}],
+        "outputs": [{"name": "prob", "parameters": [1]}]}).encode(), {}, 400,
+     "'outputs' must be a list of"),
 ]
 
 
