@@ -530,12 +530,13 @@ def mutate(draw: st.DrawFn, data: bytes) -> bytes:
 
 def paddle_message(dense: np.ndarray, sparse: np.ndarray, int32_ids: bool = False,
                    log_id: int = 1) -> ps.Request:
-    ids = {"int_data" if int32_ids else "int64_data": sparse.ravel().tolist()}
+    ids = ps.Tensor(name="sparse_ids", alias_name="sparse_ids", elem_type=2 if int32_ids else 0,
+                    shape=sparse.shape)
+    getattr(ids, "int_data" if int32_ids else "int64_data").extend(sparse.ravel().tolist())
     return ps.Request(tensor=[
         ps.Tensor(name="dense", alias_name="dense", elem_type=1, shape=dense.shape,
-                  float_data=dense.ravel().tolist()),
-        ps.Tensor(name="sparse_ids", alias_name="sparse_ids", elem_type=2 if int32_ids else 0,
-                  shape=sparse.shape, **ids)], fetch_var_names=["prob"], log_id=log_id)
+                  float_data=dense.ravel().tolist()), ids],
+                      fetch_var_names=["prob"], log_id=log_id)
 
 
 @st.composite
@@ -637,7 +638,7 @@ def v2_http_request(draw: st.DrawFn) -> tuple[dict[str, str], bytes]:
     where = draw(st.sampled_from(["", "tensor", "shape", "data", "datatype", "name", "size",
                                   "params", "outputs", "top", "length"]))
     if where == "tensor":
-        tensors[tensors.index(t)] = draw(json_value)
+        tensors[tensors.index(t)] = draw(json_value)  # type: ignore[arg-type]  # on purpose
     elif where in ("shape", "data", "datatype", "name", "params"):
         t[where.replace("params", "parameters")] = draw(json_value | any_datatype)
     elif where == "size":

@@ -262,11 +262,11 @@ def seeds(target: str) -> list[bytes]:
     for n in (1, 3):
         dense, sparse = _seed_tensors(n)
         if target == "paddle_proto":
-            msg = ps.Request(tensor=[
-                ps.Tensor(name="dense", elem_type=1, shape=dense.shape, float_data=dense.ravel()),
-                ps.Tensor(alias_name="sparse_ids", elem_type=n % 2 * 2, shape=sparse.shape,
-                          **{"int_data" if n % 2 else "int64_data": sparse.ravel()})],
-                fetch_var_names=["prob"], log_id=n)
+            ids = ps.Tensor(alias_name="sparse_ids", elem_type=n % 2 * 2, shape=sparse.shape)
+            getattr(ids, "int_data" if n % 2 else "int64_data").extend(sparse.ravel())
+            msg = ps.Request(tensor=[ps.Tensor(name="dense", elem_type=1, shape=dense.shape,
+                                               float_data=dense.ravel()), ids],
+                             fetch_var_names=["prob"], log_id=n)
             out.append(b"\x01" + msg.SerializeToString())
         elif target == "v2_http":
             tensors = [{"name": "dense", "datatype": "FP32", "shape": list(dense.shape),
