@@ -2,16 +2,19 @@
 live server, slow senders, connection floods, oversized and truncated requests, chunked and
 pipelined requests, and clients that vanish mid-reply. After each, the server serves on."""
 
+import gzip
 import http.client
 import json
 import re
 import socket
 import struct
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
@@ -130,7 +133,20 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 def test_api_conforms_to_its_openapi_document(case: schemathesis.Case) -> None:
     """Generated requests (valid and invalid, every route): no 5xx, and every reply's status,
     content type, headers and body are those the document declares."""
-    case.call_and_validate(checks=CHECKS, timeout=30)
+    coding = (case.headers or {}).get("Content-Encoding", "").strip().lower()
+    if coding not in ("gzip", "x-gzip", "deflate"):
+        case.call_and_validate(checks=CHECKS, timeout=30)
+        return
+    # schemathesis sends the header over a plain body, which would only ever reach the 400
+    # (tests/test_serving_protocols.py has that one): compress the body it wrote.
+    kwargs = case.as_transport_kwargs()
+    if "json" in kwargs:
+        kwargs["data"] = json.dumps(kwargs.pop("json")).encode()
+        kwargs["headers"].setdefault("Content-Type", "application/json")
+    data = kwargs.get("data") or b""
+    kwargs["data"] = gzip.compress(data) if "gzip" in coding else zlib.compress(data)
+    response = requests.request(**kwargs, timeout=30)
+    case.validate_response(response, checks=CHECKS, transport_kwargs=kwargs)
 
 
 # --- slow and greedy clients --------------------------------------------------------------
