@@ -1,11 +1,13 @@
 """Properties of every parser of outside bytes (hypothesis): raw rows (Criteo TSV/CSV and the
 multi-valued tags_example schema), PaddleRec slot lines, gzip, config overrides and the
-server's request parsers.
+server's request parsers (Paddle Serving JSON and protobuf, Open Inference v2 JSON, binary
+and gRPC, raw rows, Content-Encoding).
 
 - nothing escapes but the project's own one-line error (RecrunnerError, or BadRequest);
 - `on_error=skip` counts exactly the bad rows and keeps every good one;
 - valid rows give the same arrays whichever path reads them: the file reader's small-block
-  Python path and its pyarrow path, and /predict's raw-row parser (alone or merged).
+  Python path and its pyarrow path, and /predict's raw-row parser (alone or merged);
+- the same rows give the same arrays through every serving protocol's encoding.
 
 Examples are derandomized (the same on every run) and bounded, so the file takes seconds.
 tests/fuzz_corpus/<target>/ holds the inputs tools/fuzz.py found; each is replayed here.
