@@ -9,7 +9,7 @@ config error that quotes an override (a credential typed into the wrong key) sho
 import logging
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -29,11 +29,47 @@ def known() -> list[str]:
     return sorted(values, key=len, reverse=True)  # a value inside another goes second
 
 
+def _pattern(values: Iterable[str] | None) -> tuple[re.Pattern[str] | None, int]:
+    """One alternation of the values (`None`: the known ones), the longest first (a value
+    inside another goes second), and the longest's length."""
+    ordered = sorted({v for v in (known() if values is None else values) if v},
+                     key=len, reverse=True)
+    if not ordered:
+        return None, 0
+    return re.compile("|".join(map(re.escape, ordered))), len(ordered[0])
+
+
 def scrub(text: str, values: Iterable[str] | None = None) -> str:
-    for value in known() if values is None else values:
-        if value:
-            text = text.replace(value, REDACTED)
-    return text
+    """`text` with every credential (`values`, else the known ones) replaced by <redacted>."""
+    pattern, _ = _pattern(values)
+    return pattern.sub(REDACTED, text) if pattern else text
+
+
+def scrub_stream(chunks: Iterable[str], values: Iterable[str] | None = None) -> Iterator[str]:
+    """`chunks` (a streamed log) scrubbed as `scrub` does, also where a credential is split
+    between two chunks: the last (longest value - 1) characters wait for the next chunk."""
+    pattern, longest = _pattern(values)
+    if pattern is None:
+        yield from chunks
+        return
+    pending = ""
+    for chunk in chunks:
+        pending += chunk
+        cut = len(pending) - (longest - 1)  # a match starting before it lies wholly in pending
+        if cut <= 0:
+            continue
+        parts, pos = [], 0
+        for match in pattern.finditer(pending):
+            if match.start() >= cut:
+                break
+            parts += [pending[pos:match.start()], REDACTED]
+            pos = match.end()
+        end = max(cut, pos)
+        parts.append(pending[pos:end])
+        pending = pending[end:]
+        yield "".join(parts)
+    if pending:
+        yield pattern.sub(REDACTED, pending)
 
 
 _factory = logging.getLogRecordFactory()
