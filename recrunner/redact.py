@@ -1,9 +1,10 @@
 """Credentials kept out of everything recrunner prints: errors and log records.
 
 The values are the ones recrunner has read (the JuiceFS Secret's, from the environment or a
-secrets file) and those set in the environment under the default JuiceFS names, so even a
-config error that quotes an override (a credential typed into the wrong key) shows
-<redacted> instead.
+secrets file), those set in the environment under the default JuiceFS names and those of any
+environment variable named like a credential (the AWS, MLflow, ... ones recrunner's libraries
+read), so even a config error that quotes an override (a credential typed into the wrong key)
+shows <redacted> instead.
 """
 
 import logging
@@ -16,7 +17,10 @@ REDACTED = "<redacted>"
 # The default cluster.juicefs.secret_env_prefix's credential variables.
 ENV_NAMES = ("JUICEFS_METAURL", "JUICEFS_ACCESS_KEY", "JUICEFS_SECRET_KEY")
 MIN_LEN = 4  # shorter values would redact ordinary words
+NAMED_MIN_LEN = 8
 _known: set[str] = set()
+# Names of environment variables that hold credentials.
+CREDENTIAL_NAME = re.compile(r"(?i)secret|passw|token|access_?key|api_?key|credential|private")
 
 
 def register(values: Iterable[str]) -> None:
@@ -24,8 +28,13 @@ def register(values: Iterable[str]) -> None:
 
 
 def known() -> list[str]:
-    env = (os.environ.get(name, "") for name in ENV_NAMES)
-    values = _known | {v for v in env if len(v) >= MIN_LEN}
+    """The registered values, the JuiceFS variables' and those of any environment variable
+    named like a credential (AWS_SECRET_ACCESS_KEY, MLFLOW_TRACKING_PASSWORD, ...; from
+    NAMED_MIN_LEN characters, so that a flag like SECRET_ENABLED=true redacts no word)."""
+    env = {os.environ.get(name, "") for name in ENV_NAMES}
+    named = {v for k, v in os.environ.items()
+             if len(v) >= NAMED_MIN_LEN and CREDENTIAL_NAME.search(k)}
+    values = _known | {v for v in env | named if len(v) >= MIN_LEN}
     return sorted(values, key=len, reverse=True)  # a value inside another goes second
 
 
@@ -94,8 +103,6 @@ def install_log_scrubber() -> None:
 
 # A password inside a URL (scheme://user:password@host), e.g. a tracking or storage URI.
 URL_PASSWORD = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^/@\s:]*:[^/@\s]+@")
-# Names of environment variables that hold credentials.
-CREDENTIAL_NAME = re.compile(r"(?i)secret|passw|token|access_?key|api_?key|credential|private")
 
 
 def inline_credentials(cfg: Any) -> list[str]:
