@@ -15,6 +15,7 @@ import pytest
 from recrunner import faults
 from recrunner.train import checkpoint
 from tests.conftest import REPO, SMALL_MODEL
+from tests.test_secrets import FAKE, leaks
 
 pytestmark = pytest.mark.slow
 # 2 epochs: the restarted processes count their fault points afresh, and pass the armed
@@ -34,19 +35,27 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 def start(run: Path, data: list[str], *extra: str, fault: str) -> subprocess.Popen:
+    """The job, with fake credentials in its environment (tests/test_secrets.py)."""
     return subprocess.Popen(
         [sys.executable, "-m", "recrunner", "train", *extra, *data, *TRAIN,
-         f"runner.output_dir={run}"], cwd=REPO, env={**os.environ, faults.ENV: fault},
+         f"runner.output_dir={run}"], cwd=REPO, env={**os.environ, **FAKE, faults.ENV: fault},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def assert_intact(run: Path) -> None:
+def assert_intact(run: Path, err: str) -> None:
+    """Both checkpoints and the export verify; no credential reached the output or any file
+    of the run (Paddle's launcher writes the environment it gets into logs/)."""
     from recrunner.export import load_export
 
     assert json.loads((run / "summary.json").read_text())["epochs"] == 2
     for epoch in (1, 2):
         checkpoint.load(checkpoint.at_epoch(run, epoch))  # every checksum matches
     load_export(run / "export")
+    assert leaks(err) == []
+    files = [p for p in run.rglob("*") if p.is_file()]
+    assert (run / "logs" / "envlog.0").is_file() and (run / "logs-restart1") in run.iterdir()
+    assert {str(p.relative_to(run)): leaks(p.read_bytes()) for p in files
+            if leaks(p.read_bytes())} == {}
 
 
 def test_collective_writer_killed_in_a_checkpoint_write_restarts_from_the_one_before(
@@ -68,7 +77,7 @@ def test_collective_writer_killed_in_a_checkpoint_write_restarts_from_the_one_be
     assert proc.returncode == 0, err[-3000:]
     assert f"trainer 0 (pid {writer})" in err and "died" in err
     assert "restarting (1/1) from checkpoint 1" in err
-    assert_intact(run)
+    assert_intact(run, err)
     # Collective training is deterministic (the same global batches, a fixed all-reduce
     # order): epoch 2 retrained from checkpoint 1 ends exactly (==) as the uninterrupted epoch
     # 2, and the export is the model the uninterrupted run would have exported.
@@ -134,4 +143,4 @@ def test_ps_server_killed_while_the_tables_are_saved_restarts_from_the_one_befor
     assert f"server 0 (pid {server})" in err
     assert "restarting (1/1) from checkpoint 1" in err
     assert not (run / "checkpoints" / ".2.ps.saving").exists()
-    assert_intact(run)
+    assert_intact(run, err)

@@ -6,6 +6,7 @@ directory; a credential typed into an override is refused or redacted, never ech
 (`recrun status`/`logs`, the ConfigMap and the API's errors: tests/test_k8s_apply.py and
 tests/test_k8s_render.py.)"""
 
+import json
 import sys
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import pytest
 from recrunner.redact import REDACTED, scrub, scrub_stream
 from tests.conftest import SMALL_MODEL, data_overrides, recrun
 
-# Each value is one no file or output can hold by chance.
+# Each value is one no file or output can hold by chance. (Not MLFLOW_TRACKING_USERNAME: a
+# name, not a credential; a fleet job's logs/ may show it.)
 FAKE = {
     "JUICEFS_METAURL": "redis://jfs:Fake-Meta-Pass-7Q2@10.9.8.7:6379/3",
     "JUICEFS_ACCESS_KEY": "FAKE-JFS-ACCESS-KEY-41X",
@@ -22,7 +24,6 @@ FAKE = {
     "AWS_ACCESS_KEY_ID": "AKIAFAKEFAKE0000TEST",
     "AWS_SECRET_ACCESS_KEY": "fake/aws+secret/Key0123456789abcdefTEST",
     "AWS_SESSION_TOKEN": "FakeAwsSessionToken//0123==",
-    "MLFLOW_TRACKING_USERNAME": "fake-mlflow-user-5b",
     "MLFLOW_TRACKING_PASSWORD": "fake-mlflow-Passw0rd-88",
     "MLFLOW_TRACKING_TOKEN": "fake-mlflow-token-c0ffee",
 }
@@ -43,6 +44,32 @@ def test_a_stream_is_scrubbed_wherever_its_chunks_split() -> None:
         assert "".join(scrub_stream([text[:i], text[i:]], values)) == whole, i
     assert "".join(scrub_stream(text, values)) == whole  # one character a chunk
     assert list(scrub_stream(["no", " secret"], [])) == ["no", " secret"]
+
+
+def test_a_fleet_job_gets_its_credentials_outside_the_environment_paddle_logs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """paddle.distributed.launch writes each worker's environment into the run's logs/: the
+    launcher hands the credentials over in a private file instead (the fleet jobs of
+    tests/test_crash_fleet.py check their run directories for the values)."""
+    import os
+    import stat
+    import subprocess
+
+    from recrunner.fleet import secret_env
+
+    env = {**os.environ, **FAKE, "PLAIN_SETTING": "kept"}
+    with secret_env.handed_over(env) as given:
+        path = Path(given[secret_env.ENV])
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert given["PLAIN_SETTING"] == "kept" and leaks("\n".join(given.values())) == []
+        child = subprocess.run(
+            [sys.executable, "-c", "import json, os; from recrunner.fleet import secret_env; "
+             "secret_env.restore(); print(json.dumps(dict(os.environ)))"],
+            env=given, capture_output=True, text=True, check=True)
+        restored = json.loads(child.stdout)
+        assert {k: restored.get(k) for k in FAKE} == FAKE
+        assert secret_env.ENV not in restored
+    assert not path.exists()
 
 
 @pytest.fixture(scope="module")
