@@ -85,6 +85,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, small_synth: dict[str, str
     return out, done
 
 
+@pytest.mark.slow
 def test_no_credential_reaches_the_output_or_the_run_directory(
         trained: tuple[Path, object]) -> None:
     out, done = trained
