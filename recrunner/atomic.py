@@ -172,11 +172,35 @@ def _fail(exc: BaseException, temp: Path, final: Path) -> NoReturn:
     """Remove the temporary folder; raise `exc`, as a WriteError when the disk refused."""
     if isinstance(exc, OSError) and exc.filename is None and temp.is_dir():
         exc.filename = str(_newest_file(temp))  # pickle's writes name no file
-    remove(temp)
     error = disk_error(exc, final, temp)
+    if error is None and isinstance(exc, Exception) and temp.is_dir():
+        refused = _refused(temp, str(exc))
+        error = disk_error(refused, final, temp) if refused else None
+    remove(temp)
     if error is None:
         raise exc
     raise error from exc
+
+
+def _refused(folder: Path, message: str) -> OSError | None:
+    """The disk's reason, if it is the disk's, that a library's writer failed in `folder`:
+    Paddle's C++ writers (`paddle.jit.save`) report a read-only folder as "Cannot open <file>
+    to save variables", with no errno. Writing a byte there ourselves tells; the OSError names
+    the file the message names (else the folder). None when the folder takes the byte."""
+    named = re.search(re.escape(str(folder)) + r"/[^\s'\"]+", message)
+    probe = folder / ".writable"
+    try:
+        with open(probe, "wb") as fh:
+            fh.write(b"\0")
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        if exc.errno not in DISK_ERRNOS:
+            return None
+        return OSError(exc.errno, exc.strerror, named.group(0) if named else str(folder))
+    finally:
+        remove(probe)
+    return None
 
 
 def write_bytes(path: str | Path, data: bytes, label: str, sync: bool = True) -> None:

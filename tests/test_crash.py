@@ -3,6 +3,7 @@ version or the new one; a disk that refuses a write is a one-line error naming t
 previous checkpoint intact; a corrupt file is named, never loaded. The loop over every write
 point and random moments is tools/crash_loop.py; these take a representative few."""
 
+import functools
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -117,15 +119,15 @@ def disk(tmp_path: Path) -> Iterator[Path]:
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def fill(mnt: Path) -> None:
-    """Take every free byte of the disk."""
+def fill(mnt: Path, leave: int = 0) -> None:
+    """Take every free byte of the disk but `leave`."""
     stat = os.statvfs(mnt)
     fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
     try:
-        os.posix_fallocate(fd, 0, stat.f_bavail * stat.f_frsize)
+        os.posix_fallocate(fd, 0, stat.f_bavail * stat.f_frsize - leave)
     finally:
         os.close(fd)
-    assert os.statvfs(mnt).f_bavail == 0
+    assert os.statvfs(mnt).f_bavail * stat.f_frsize == leave
 
 
 def remount(mnt: Path, mode: str) -> None:
@@ -176,6 +178,87 @@ def test_a_refused_write_names_the_file_and_keeps_the_last_checkpoint(
     (disk / "filler").unlink(missing_ok=True)  # space is back: the same write succeeds
     write(out)
     assert not [p for p in out.rglob(".*") if atomic.TEMP.match(p.name)]
+
+
+# --- full and read-only disks during an export write ---------------------------------------
+@functools.cache
+def small_net(seed: int) -> tuple[Any, Any, str]:
+    """A SMALL_MODEL network (untrained: seeds make two exports differ), its schema, its name."""
+    import paddle
+
+    from recrunner.config.compose import load
+    from recrunner.train.build import build_net, dataset_schema
+
+    cfg = load(SMALL_MODEL)
+    paddle.seed(seed)
+    return build_net(cfg), dataset_schema(cfg), cfg.model.name
+
+
+def export_to(folder: Path, seed: int) -> Path:
+    from recrunner.export import save_export
+
+    net, schema, name = small_net(seed)
+    return save_export(net, folder, schema, name)
+
+
+@pytest.fixture(scope="module")
+def previous_export(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """An export's files (name -> bytes), put in place before each refused export write."""
+    folder = export_to(tmp_path_factory.mktemp("previous") / "export", seed=1)
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def free_again(mnt: Path) -> None:
+    (mnt / "filler").unlink()
+
+
+# (how the disk refuses at export.begin, what happens at export.model, the file named)
+EXPORT_TROUBLES = {
+    "full": (fill, None, "model.pdiparams: No space left on device"),
+    "read-only": (lambda mnt: remount(mnt, "ro"), None, "model.json: Read-only file system"),
+    # 64 KiB left: model.json (16 KB) fits, model.pdiparams (426 KB) does not, and
+    # paddle.jit.save cuts it without an error. Space comes back before the export's
+    # self-check (another process freed some): without save_export's check_space after
+    # jit.save, the check loads the cut file and Paddle raises "Cannot read tensor desc size".
+    "cut by jit.save": (lambda mnt: fill(mnt, leave=64 << 10), free_again,
+                        "model.pdiparams: No space left on device"),
+}
+
+
+@pytest.mark.parametrize("trouble", list(EXPORT_TROUBLES))
+def test_a_refused_export_write_names_the_file_and_keeps_the_previous_export(
+        disk: Path, previous_export: dict[str, bytes], trouble: str) -> None:
+    from recrunner.export import load_export
+
+    out = disk / "run"
+    (out / "export").mkdir(parents=True)
+    for name, data in previous_export.items():
+        (out / "export" / name).write_bytes(data)
+    refuse, at_model, named = EXPORT_TROUBLES[trouble]
+    faults.on("export.begin", lambda: refuse(disk))
+    if at_model is not None:
+        faults.on("export.model", lambda: at_model(disk))
+    try:
+        with pytest.raises(atomic.WriteError) as err:
+            export_to(out / "export", seed=2)
+    finally:
+        faults.on("export.begin", None)
+        faults.on("export.model", None)
+        if trouble == "read-only":
+            remount(disk, "rw")
+    assert str(err.value) == f"cannot write {out / 'export'}/{named}"
+    assert {p.name: p.read_bytes() for p in (out / "export").iterdir()} == previous_export
+    previous = load_export(out / "export")  # intact: checksums and probe verified
+    if trouble != "read-only":  # (a read-only disk keeps the empty temporary folder)
+        assert not [p for p in out.iterdir() if atomic.TEMP.match(p.name)]
+    if trouble == "cut by jit.save":
+        return  # space is back already: the recovery is the "full" case's
+    (disk / "filler").unlink(missing_ok=True)  # space is back: the same export succeeds
+    export_to(out / "export", seed=2)
+    assert (out / "export" / "model.pdiparams").read_bytes() != \
+        previous_export["model.pdiparams"]
+    assert load_export(out / "export").meta["files"] != previous.meta["files"]
+    assert not [p for p in out.iterdir() if atomic.TEMP.match(p.name)]
 
 
 # --- corrupt and truncated files ---------------------------------------------------------

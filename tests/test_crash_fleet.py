@@ -15,6 +15,7 @@ import pytest
 from recrunner import faults
 from recrunner.train import checkpoint
 from tests.conftest import REPO, SMALL_MODEL
+from tests.test_secrets import FAKE, leaks
 
 pytestmark = pytest.mark.slow
 # 2 epochs: the restarted processes count their fault points afresh, and pass the armed
@@ -34,35 +35,80 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 def start(run: Path, data: list[str], *extra: str, fault: str) -> subprocess.Popen:
+    """The job, with fake credentials in its environment (tests/test_secrets.py)."""
     return subprocess.Popen(
         [sys.executable, "-m", "recrunner", "train", *extra, *data, *TRAIN,
-         f"runner.output_dir={run}"], cwd=REPO, env={**os.environ, faults.ENV: fault},
+         f"runner.output_dir={run}"], cwd=REPO, env={**os.environ, **FAKE, faults.ENV: fault},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def assert_intact(run: Path) -> None:
+def assert_intact(run: Path, err: str) -> None:
+    """Both checkpoints and the export verify; no credential reached the output or any file
+    of the run (Paddle's launcher writes the environment it gets into logs/)."""
     from recrunner.export import load_export
 
     assert json.loads((run / "summary.json").read_text())["epochs"] == 2
     for epoch in (1, 2):
         checkpoint.load(checkpoint.at_epoch(run, epoch))  # every checksum matches
     load_export(run / "export")
+    assert leaks(err) == []
+    files = [p for p in run.rglob("*") if p.is_file()]
+    assert (run / "logs" / "envlog.0").is_file() and (run / "logs-restart1") in run.iterdir()
+    assert {str(p.relative_to(run)): leaks(p.read_bytes()) for p in files
+            if leaks(p.read_bytes())} == {}
 
 
 def test_collective_writer_killed_in_a_checkpoint_write_restarts_from_the_one_before(
         tiny_data: list[str], tmp_path: Path) -> None:
+    """Rank 0 stops where epoch 2's checkpoint is complete in its temp folder (both epochs
+    evaluated and logged: the uninterrupted run's figures, read then) and is SIGKILLed."""
     run = tmp_path / "run"
-    proc = start(run, tiny_data, "mode=collective", fault="checkpoint.written@2=kill")
-    _, err = proc.communicate(timeout=900)
+    proc = start(run, tiny_data, "mode=collective", fault="checkpoint.written@2=stop")
+    try:
+        writer = wait_for_stopped(proc, run, "trainer")
+        assert writer == pids(run, "trainer.0")[0]
+        uninterrupted = rows(run)
+        assert sorted(uninterrupted) == [1, 2]
+        os.kill(writer, signal.SIGKILL)
+        _, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 0, err[-3000:]
-    assert "trainer 0 (pid" in err and "died" in err
+    assert f"trainer 0 (pid {writer})" in err and "died" in err
     assert "restarting (1/1) from checkpoint 1" in err
-    assert_intact(run)
+    assert_intact(run, err)
+    # Collective training is deterministic (the same global batches, a fixed all-reduce
+    # order): epoch 2 retrained from checkpoint 1 ends exactly (==) as the uninterrupted epoch
+    # 2, and the export is the model the uninterrupted run would have exported.
+    final, summary = rows(run), json.loads((run / "summary.json").read_text())
+    assert sorted(final) == [1, 2]  # each evaluation once
+    for key in ("auc", "logloss", "mean_pred"):
+        assert final[2][key] == uninterrupted[2][key], key
+        assert summary[key] == uninterrupted[summary["exported_epoch"]][key], key
+
+
+def rows(run: Path) -> dict[int, dict]:
+    return {row["epoch"]: row for row in map(
+        json.loads, (run / "metrics.jsonl").read_text().splitlines())}
+
+
+def wait_for_stopped(proc: subprocess.Popen, run: Path, role: str) -> int:
+    """The pid of the first process of `role` that stopped itself at its fault point."""
+    deadline = time.monotonic() + 600
+    while True:
+        halted = [p for p in pids(run, role) if stopped(p)]
+        if halted:
+            return halted[0]
+        assert proc.poll() is None, proc.stderr.read()[-3000:]  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "the job never reached its fault point"
+        time.sleep(0.1)
 
 
 def pids(run: Path, role: str) -> list[int]:
+    """The pids of `role`'s processes ("trainer", or one: "trainer.0"), from their status."""
     found = []
-    for f in (run / "dist" / "status").glob(f"{role}.*.json"):
+    for f in (run / "dist" / "status").glob(f"{role}.*json"):
         try:
             found.append(json.loads(f.read_text())["pid"])
         except (OSError, ValueError):
@@ -83,11 +129,7 @@ def test_ps_server_killed_while_the_tables_are_saved_restarts_from_the_one_befor
     # The trainers stop where epoch 2's checkpoint begins; the server dies there.
     proc = start(run, tiny_data, "mode=ps", fault="ps_tables.begin@2=stop")
     try:
-        deadline = time.monotonic() + 600
-        while not any(stopped(p) for p in pids(run, "trainer")):
-            assert proc.poll() is None, proc.stderr.read()[-3000:]  # type: ignore[union-attr]
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_for_stopped(proc, run, "trainer")
         server = pids(run, "server")[0]
         os.kill(server, signal.SIGKILL)
         time.sleep(0.5)
@@ -101,4 +143,4 @@ def test_ps_server_killed_while_the_tables_are_saved_restarts_from_the_one_befor
     assert f"server 0 (pid {server})" in err
     assert "restarting (1/1) from checkpoint 1" in err
     assert not (run / "checkpoints" / ".2.ps.saving").exists()
-    assert_intact(run)
+    assert_intact(run, err)

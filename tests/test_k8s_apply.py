@@ -512,6 +512,21 @@ def test_logs_reads_the_named_pod(fake: FakeKube, capsys: pytest.CaptureFixture)
     assert fake.requests[-1].query["follow"] == ["true"]
 
 
+def test_logs_scrub_credentials_as_status_does(fake: FakeKube,
+                                               capsys: pytest.CaptureFixture) -> None:
+    """A pod's log quoting the JuiceFS credentials (a failed mount): `recrun logs` prints it
+    with them redacted, also where one straddles two of the stream's 4,096-byte chunks."""
+    head = f"mount {METAURL} failed\n"
+    straddling = "x" * (4096 - 10 - len(head)) + METAURL  # bytes 4086.. of the stream
+    tail = "y" * (8191 - len(head) - len(straddling) - 1) + "\né"  # é: bytes 8191-8192
+    log = f"{head}{straddling}\n{tail} key={SECRET_KEY}\n"
+    fake.logs["wide-deep-synth-worker-0"] = log
+    assert recrun("logs") == 0
+    out = capsys.readouterr().out
+    assert METAURL not in out and SECRET_KEY not in out
+    assert out == log.replace(METAURL, "<redacted>").replace(SECRET_KEY, "<redacted>")
+
+
 def test_logs_errors(fake: FakeKube, capsys: pytest.CaptureFixture) -> None:
     assert recrun("logs", "--role", "ps") == 2
     assert "mode=local runs only worker pods" in capsys.readouterr().err

@@ -20,6 +20,8 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     from recrunner.k8s import ops
     from recrunner.k8s.client import Kube, write_stream
     from recrunner.k8s.manifests import CONTAINER, job_roles
+    from recrunner.k8s.secrets import known_values
+    from recrunner.redact import scrub_stream
 
     names = ops.validate_names(cfg)
     roles = job_roles(cfg)
@@ -33,7 +35,10 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
         raise RecrunnerError(f"--tail {args.tail} must be >= 0")
     # The operator names pods <job>-<role>-<index>.
     pod = f"{names.job}-{args.role}-{args.index}"
-    kube = Kube(cfg.cluster.context)
-    write_stream(kube.pod_log(pod, names.namespace, CONTAINER, follow=args.follow,
-                              tail=args.tail))
+    # A pod's log may quote a credential (a failed JuiceFS mount, a tracking URI): the ones
+    # this machine knows are scrubbed, as `recrun status` does.
+    values = known_values(cfg.cluster.juicefs)
+    kube = Kube(cfg.cluster.context, secrets=values)
+    write_stream(scrub_stream(kube.pod_log(pod, names.namespace, CONTAINER,
+                                           follow=args.follow, tail=args.tail), values))
     return 0

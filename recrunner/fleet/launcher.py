@@ -17,7 +17,7 @@ from typing import Any
 from recrunner import atomic
 from recrunner.config.compose import to_yaml
 from recrunner.config.schema import RootConfig
-from recrunner.fleet import status
+from recrunner.fleet import secret_env, status
 from recrunner.fleet.roles import DistError, free_ports
 from recrunner.train import checkpoint
 
@@ -212,9 +212,12 @@ def launch(cfg: RootConfig) -> dict[str, Any]:
         log_dir = out / ("logs" if attempt == 0 else f"logs-restart{attempt}")
         log_dir.mkdir(parents=True, exist_ok=True)
         status.clear(out)
-        with open(log_dir / "launch.log", "w") as launch_log:
+        # Credentials reach the workers through a private file: Paddle's launcher writes the
+        # environment it is given into the run's logs.
+        with open(log_dir / "launch.log", "w") as launch_log, \
+                secret_env.handed_over(child_env(run_cfg)) as env:
             proc = subprocess.Popen(launch_command(cfg, config_file, log_dir),
-                                    env=child_env(run_cfg), cwd=config_file.parent,
+                                    env=env, cwd=config_file.parent,
                                     stdout=launch_log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             try:

@@ -7,6 +7,7 @@ updates any kind, so re-submitting updates in place and an unchanged config chan
 `--wait` follows the PaddleJob through a watch stream instead of polling.
 """
 
+import codecs
 import contextlib
 import hashlib
 import json
@@ -282,9 +283,12 @@ class Kube:
                 raise RecrunnerError(f"pod {pod} has no log yet: {self._error(exc, 'read', ref)}"
                                      ) from exc
             raise self._error(exc, "read the log of", ref) from exc
+        # Incremental: a character split between two chunks is decoded whole.
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         try:
             for chunk in resp.stream(4096):
-                yield chunk.decode("utf-8", errors="replace")
+                yield decoder.decode(chunk)
+            yield decoder.decode(b"", final=True)
         finally:
             resp.release_conn()
 

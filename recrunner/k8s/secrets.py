@@ -100,4 +100,4 @@ def known_values(jfs: JuiceFSConfig) -> tuple[str, ...]:
 
 
 def scrub(text: str, values: tuple[str, ...]) -> str:
-    return redaction.scrub(text, sorted(values, key=len, reverse=True))
+    return redaction.scrub(text, values)
