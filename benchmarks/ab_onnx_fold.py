@@ -56,7 +56,8 @@ def main() -> None:
                                               providers=["CPUExecutionProvider"])
     probe_out = {t: s.run(None, dict(zip(names, probe.inputs, strict=True)))[0].ravel()
                  for t, s in sessions.items()}
-    feeds = {n: np.resize(a, (args.batch, *a.shape[1:])) for n, a in zip(names, probe.inputs, strict=True)}
+    feeds = {n: np.resize(a, (args.batch, *a.shape[1:]))
+             for n, a in zip(names, probe.inputs, strict=True)}
     ms: dict[str, list[float]] = {t: [] for t in TOOLS}
     for _ in range(args.rounds):
         for tool, session in sessions.items():
