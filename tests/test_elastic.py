@@ -4,6 +4,7 @@ node joining, the etcd server killed, two jobs on one etcd, a job id reused."""
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -237,27 +238,114 @@ def test_missing_etcd_binary_is_a_clear_error(small_data: dict[str, str],
     assert "Traceback" not in proc.stderr
 
 
-def test_elastic_config_is_checked() -> None:
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["mode=collective", "mode.elastic.min_nodes=3", "mode.elastic.max_nodes=2"],
+     "mode.elastic.min_nodes=3 is more than"),
+    (["mode=collective", "mode.elastic.max_nodes=2", "mode.elastic.job_id=a/b"],
+     "mode.elastic.job_id='a/b'"),
+    # Elastic keys where they do not apply fail at load, for every command.
+    (["mode=local", "mode.elastic.max_nodes=2"],
+     "mode.elastic.max_nodes=2 applies to mode=collective, not mode=local"),
+    (["mode=ps", "mode.elastic.max_nodes=3"], "applies to mode=collective, not mode=ps"),
+    (["mode=local", "runner.checkpoint_every_steps=5"],
+     "runner.checkpoint_every_steps=5 applies to elastic mode=collective"),
+    (["mode=collective", "runner.checkpoint_every_seconds=30"],
+     "runner.checkpoint_every_seconds=30.0 applies to elastic mode=collective"),
+    # mode.elastic.etcd: one parser for the local run and the cluster rendering.
+    (["mode=collective", "mode.elastic.max_nodes=2", "mode.elastic.etcd=etcd-0.etcd.svc:2379x"],
+     "is not HOST:PORT"),
+    (["mode=collective", "mode.elastic.max_nodes=2", "mode.elastic.etcd=http://10.0.0.1:2379"],
+     "without a scheme"),
+    (["mode=collective", "mode.elastic.max_nodes=2",
+      "mode.elastic.etcd='10.0.0.1:2379,10.0.0.2:2379'"], "takes one endpoint"),
+    (["mode=collective", "mode.elastic.max_nodes=2", "mode.elastic.etcd=10.0.0.1:99999"],
+     "port 99999 is not between 1 and 65535"),
+    (["mode=collective", "mode.elastic.max_nodes=2", "mode.elastic.etcd=10.0.0.1:0"],
+     "port 0 is not between 1 and 65535"),
+])
+def test_elastic_config_is_checked(overrides: list[str], message: str) -> None:
     from recrunner.config.compose import load
     from recrunner.errors import RecrunnerError
+
+    with pytest.raises(RecrunnerError, match=re.escape(message)):
+        load(overrides)
+
+
+def test_elastic_config_errors_exit_2_for_every_command(tmp_path: Path) -> None:
+    """`cluster=k8s mode=ps mode.elastic.max_nodes=3` rendered a PS job with the elastic
+    launcher, and mode=local ran one process: both now stop at load, as one line."""
+    for argv in (["submit", "--dry-run", "cluster=k8s", "mode=ps", "mode.elastic.max_nodes=3"],
+                 ["train", "mode=local", "mode.elastic.max_nodes=2",
+                  f"runner.output_dir={tmp_path}"]):
+        proc = recrun(*argv)
+        assert proc.returncode == 2, proc.stderr
+        assert "applies to mode=collective" in proc.stderr
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_endpoint_resolution_is_local() -> None:
     from recrunner.fleet.etcd import resolve_endpoint
     from recrunner.fleet.roles import DistError
 
-    with pytest.raises(RecrunnerError, match="mode.elastic.min_nodes=3 is more than"):
-        load(["mode=collective", "mode.elastic.min_nodes=3", "mode.elastic.max_nodes=2"])
-    with pytest.raises(RecrunnerError, match="mode.elastic.job_id='a/b'"):
-        load(["mode=collective", "mode.elastic.max_nodes=2", "mode.elastic.job_id=a/b"])
     with pytest.raises(DistError, match="is not HOST:PORT"):
         resolve_endpoint("etcd-0.etcd.svc:2379x")
-    with pytest.raises(DistError, match="without a scheme"):
-        resolve_endpoint("http://10.0.0.1:2379")
     # A name is resolved to an address the launcher's strip("etcd://") cannot mangle.
     assert resolve_endpoint("localhost:2379") == "127.0.0.1:2379"
-    # Mid-epoch checkpoints need an engine that knows its position in the epoch.
+
+
+class FakeEngine:
+    """What MidEpoch reads of the elastic engine."""
+
+    position = 0
+    in_epoch = True
+
+
+def test_mid_epoch_checkpoints_every_seconds_and_on_sigterm(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    from recrunner.config.compose import load
+    from recrunner.train import midepoch
     from recrunner.train.midepoch import MidEpoch
 
-    with pytest.raises(RecrunnerError, match="runner.checkpoint_every_steps/_seconds need"):
-        MidEpoch(load(["runner.checkpoint_every_steps=5"]), Path("."), object(), True, {})
+    clock = [1000.0]
+    monkeypatch.setattr(midepoch.time, "monotonic", lambda: clock[0])
+    elastic_cfg = ["mode=collective", "mode.elastic.max_nodes=2"]
+    saved: list[int] = []
+
+    def hook(*overrides: str) -> MidEpoch:
+        mid = MidEpoch(load([*elastic_cfg, *overrides]), Path("."), FakeEngine(), True, {})
+        monkeypatch.setattr(mid, "save", lambda progress, step, rows: saved.append(step))
+        return mid
+
+    mid = hook("runner.checkpoint_every_seconds=30")
+    for step, now in enumerate([1010.0, 1029.0, 1031.0, 1050.0, 1062.0, 1090.0], 1):
+        clock[0] = now
+        mid.after_step(None, step, 0)  # type: ignore[arg-type]
+    assert saved == [3, 5]  # 31 s after the start, 31 s after that save
+    # Neither key set: elastic jobs still checkpoint, every midepoch.ELASTIC_EVERY_S.
+    saved.clear()
+    mid = hook()
+    assert mid.enabled and mid.every_s == midepoch.ELASTIC_EVERY_S
+    clock[0] += midepoch.ELASTIC_EVERY_S - 1
+    mid.after_step(None, 1, 0)  # type: ignore[arg-type]
+    clock[0] += 2
+    mid.after_step(None, 2, 0)  # type: ignore[arg-type]
+    assert saved == [2]
+    # SIGTERM mid-epoch: the step in flight ends, is saved, the process exits.
+    exits: list[int] = []
+    monkeypatch.setattr(midepoch.os, "_exit", exits.append)
+    monkeypatch.setattr(midepoch.threading, "Timer", lambda *a: type(
+        "T", (), {"start": lambda self: None})())
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        mid.save_on_sigterm()
+        os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert mid.terminating.is_set() and not exits
+    mid.after_step(None, 3, 0)  # type: ignore[arg-type]
+    assert saved == [2, 3] and exits == [128 + signal.SIGTERM]
+    # Other engines cannot resume within an epoch: none of it applies.
+    assert not MidEpoch(load([]), Path("."), object(), True, {}).enabled
 
 
 def test_cluster_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -289,7 +377,28 @@ def test_cluster_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
     assert docs["Service"]["metadata"]["name"] == "rdzv-ctr-job"
     assert docs["Deployment"]["spec"]["template"]["metadata"]["labels"] == \
         docs["Service"]["spec"]["selector"]
-    given = {d["kind"] for d in ops.render(load([*base, "mode.elastic.etcd=10.0.0.7:2379"])).docs}
+    # Each submission rendezvouses under a job id of its own (Paddle never deletes a job's
+    # keys, and a resubmitted job keeps its name): a nonce, in the command, the env and an
+    # annotation alike.
+    job_id = job["metadata"]["annotations"]["recrunner/elastic-job-id"]
+    assert re.fullmatch(r"ctr-job-[0-9a-f]{8}", job_id), job_id
+    assert command[command.index("--job_id") + 1] == f"{job_id}~"
+    env = {e["name"]: e.get("value") for e in worker["template"]["spec"]["containers"][0]["env"]}
+    assert env["RECRUNNER_ELASTIC_JOB"] == job_id
+    again = {d["kind"]: d for d in ops.render(load(base)).docs}["PaddleJob"]
+    assert again["metadata"]["annotations"]["recrunner/elastic-job-id"] != job_id
+    named = {d["kind"]: d for d in ops.render(load([*base, "mode.elastic.job_id=ctr"])).docs}
+    assert named["PaddleJob"]["metadata"]["annotations"]["recrunner/elastic-job-id"].startswith(
+        "ctr-")
+    given = {d["kind"]: d for d in
+             ops.render(load([*base, "mode.elastic.etcd=10.0.0.7:2379"])).docs}
     assert "Deployment" not in given and "Service" not in given
+    command = given["PaddleJob"]["spec"]["worker"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--master") + 1] == "etcd://10.0.0.7:2379"
     with pytest.raises(RecrunnerError, match="strips a leading 'e'"):
         ops.render(load([*base, "mode.elastic.etcd=etcd-0.etcd:2379"]))
+    # The same parser as the local run: a scheme or a port out of range fail at load.
+    with pytest.raises(RecrunnerError, match="without a scheme"):
+        load([*base, "mode.elastic.etcd=http://10.0.0.1:2379"])
+    with pytest.raises(RecrunnerError, match="port 99999"):
+        load([*base, "mode.elastic.etcd=10.0.0.1:99999"])

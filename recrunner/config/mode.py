@@ -16,6 +16,24 @@ class ModeName(StrEnum):
 SYNC_MODES = ("async", "sync", "geo")
 
 
+def etcd_host_port(spec: str) -> tuple[str, int]:
+    """mode.elastic.etcd as Paddle 3.0's launcher can take it: one HOST:PORT, no scheme (it
+    adds etcd:// and speaks plain HTTP to one endpoint). The one parser of the key: the local
+    run (recrunner.fleet.etcd) and the cluster rendering (recrunner.k8s.elastic) both use it."""
+    key = f"mode.elastic.etcd={spec!r}"
+    if "://" in spec:
+        raise ValueError(f"{key}: give HOST:PORT without a scheme (the launcher speaks plain "
+                         "HTTP to one endpoint)")
+    if "," in spec:
+        raise ValueError(f"{key}: Paddle's launcher takes one endpoint, not a list")
+    host, sep, port = spec.rpartition(":")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", host) or not port.isdigit():
+        raise ValueError(f"{key} is not HOST:PORT")
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"{key}: port {int(port)} is not between 1 and 65535")
+    return host, int(port)
+
+
 @dataclass
 class ElasticConfig:
     """mode=collective on nodes that may come and go (paddle.distributed.launch with an etcd
@@ -55,12 +73,15 @@ class ElasticConfig:
                                                         self.job_id):
             raise ValueError(f"mode.elastic.job_id={self.job_id!r}: use letters, digits, "
                              "'.', '_' and '-' (an etcd key and a pod label)")
+        if self.etcd is not None:
+            etcd_host_port(self.etcd)
 
 
 @dataclass
 class ModeConfig:
     name: ModeName = ModeName.local
-    # collective: trainer processes on this machine
+    # collective: trainer processes on this machine (not with mode.elastic: one trainer per
+    # node there, and mode.elastic.nodes nodes here)
     nproc: int = 2
     # ps: parameter servers and trainers
     servers: int = 1
@@ -81,3 +102,8 @@ class ModeConfig:
             raise ValueError(
                 f"mode.sync_mode={self.sync_mode!r} is not one of {', '.join(SYNC_MODES)}"
             )
+        if self.elastic.enabled and self.name != ModeName.collective:
+            raise ValueError(
+                f"mode.elastic.max_nodes={self.elastic.max_nodes} applies to mode=collective, "
+                f"not mode={self.name} (Paddle's parameter-server mode has no elastic support; "
+                "mode=local is one process)")

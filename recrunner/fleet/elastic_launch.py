@@ -353,9 +353,6 @@ class Supervisor:
 
 
 def launch_elastic(cfg: RootConfig) -> dict[str, Any]:
-    if str(cfg.mode.name) != "collective":
-        raise DistError(f"mode.elastic applies to mode=collective, not mode={cfg.mode.name} "
-                        "(Paddle's parameter-server mode has no elastic support)")
     import importlib.util
 
     if importlib.util.find_spec("etcd3") is None:
