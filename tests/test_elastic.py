@@ -369,16 +369,22 @@ def test_elastic_config_is_checked(overrides: list[str], message: str) -> None:
         load(overrides)
 
 
-def test_elastic_config_errors_exit_2_for_every_command(tmp_path: Path) -> None:
+def test_elastic_config_errors_exit_2_for_every_command(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
     """`cluster=k8s mode=ps mode.elastic.max_nodes=3` rendered a PS job with the elastic
     launcher, and mode=local ran one process: both now stop at load, as one line."""
+    from recrunner.cli import main
+
     for argv in (["submit", "--dry-run", "cluster=k8s", "mode=ps", "mode.elastic.max_nodes=3"],
                  ["train", "mode=local", "mode.elastic.max_nodes=2",
                   f"runner.output_dir={tmp_path}"]):
-        proc = recrun(*argv)
-        assert proc.returncode == 2, proc.stderr
-        assert "applies to mode=collective" in proc.stderr
-        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert "applies to mode=collective" in err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not any(tmp_path.iterdir())  # nothing was started
 
 
 def test_endpoint_resolution_is_local() -> None:
