@@ -323,6 +323,15 @@ def test_supervisor_restarts_a_node_that_exits_then_gives_up(tmp_path: Path,
         assert "node 0 exited with code 3 and the mode.elastic.node_restarts=1 restarts are " \
                "used up" in message and "\n" not in message
         assert str(tmp_path / "logs" / "node0-restart1") in message
+    # node_restarts=0: the first exit fails the job.
+    cfg.mode.elastic.node_restarts = 0
+    node = Node(1, tmp_path / "logs")
+    node.start(cmd, dict(os.environ), tmp_path)
+    assert node.proc is not None
+    node.proc.wait(30)
+    with pytest.raises(DistError, match=r"node 1 exited with code 3 and the "
+                       r"mode\.elastic\.node_restarts=0 restarts are used up"):
+        Supervisor(cfg).check_node(node, cmd, dict(os.environ), tmp_path)
 
 
 def test_missing_etcd_binary_is_a_clear_error(small_data: dict[str, str],
