@@ -14,6 +14,7 @@ class ModeName(StrEnum):
 
 
 SYNC_MODES = ("async", "sync", "geo")
+NPROC_DEFAULT = 2
 
 
 def etcd_host_port(spec: str) -> tuple[str, int]:
@@ -82,7 +83,7 @@ class ModeConfig:
     name: ModeName = ModeName.local
     # collective: trainer processes on this machine (not with mode.elastic: one trainer per
     # node there, and mode.elastic.nodes nodes here)
-    nproc: int = 2
+    nproc: int = NPROC_DEFAULT
     # ps: parameter servers and trainers
     servers: int = 1
     trainers: int = 2
@@ -107,3 +108,9 @@ class ModeConfig:
                 f"mode.elastic.max_nodes={self.elastic.max_nodes} applies to mode=collective, "
                 f"not mode={self.name} (Paddle's parameter-server mode has no elastic support; "
                 "mode=local is one process)")
+        # Any other value was meant for this job, and would be ignored: say so. (An explicit 2
+        # cannot be told from the default.)
+        if self.elastic.enabled and self.nproc != NPROC_DEFAULT:
+            raise ValueError(
+                f"mode.nproc={self.nproc} does not apply to an elastic job (one trainer per "
+                "node): set mode.elastic.nodes (nodes started here) and mode.elastic.max_nodes")
