@@ -210,24 +210,27 @@ def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
     a = start(*a_args)
     b = start(*elastic(b_run, f"mode.elastic.etcd={endpoint}", "mode.elastic.job_id=shared2"),
               *data_overrides(small_data))
-    wait_for("job a training", lambda: progress(a_run).get("step", 0) >= 3, proc=a)
+    # Job b's trainers are held (SIGSTOP; their launchers go on) from their first steps
+    # until a's new node has registered, so that b is surely running then: Paddle deletes the
+    # keys under /paddle/<a's id> when a node registers, which would be b's too but for the
+    # "~" that ends every id (b's launchers would see their heartbeats vanish and restart).
     wait_for("job b training on two nodes", lambda: progress(b_run).get("world_size") == 2,
              proc=b)
-    # Hold job a's trainer until the joining node has registered, so that the join lands
-    # mid-epoch however slowly the new node starts; its launcher's SIGTERM (all restart at
-    # the new size) waits for the trainer too, which then saves where it stopped. Job b's
-    # trainers are held too, so that b is surely running when a's new node registers: Paddle
-    # then deletes the keys under /paddle/<a's id>, which would be b's too but for the "~"
-    # that ends every id (b's launchers would see their heartbeats vanish and restart).
-    [trainer] = trainer_pids(a_run, next(iter(nodes(a_run))))
-    held = [trainer, *(p for index in nodes(b_run) for p in trainer_pids(b_run, index))]
-    assert len(held) == 3
+    held = [p for index in nodes(b_run) for p in trainer_pids(b_run, index)]
+    assert len(held) == 2
     for pid in held:
         os.kill(pid, signal.SIGSTOP)
-    stopped_at = progress(a_run)["step"]
-    joiner = start(*a_args, "runner.resume=true")
-    keys = EtcdKeys(endpoint, launcher_job_id("shared"))
     try:
+        # Job a's trainer is held too, so that the join lands mid-epoch however slowly the new
+        # node starts; its launcher's SIGTERM (all restart at the new size) waits for the
+        # trainer, which then saves where it stopped.
+        wait_for("job a training", lambda: progress(a_run).get("step", 0) >= 3, proc=a)
+        [trainer] = trainer_pids(a_run, next(iter(nodes(a_run))))
+        held.append(trainer)
+        os.kill(trainer, signal.SIGSTOP)
+        stopped_at = progress(a_run)["step"]
+        joiner = start(*a_args, "runner.resume=true")
+        keys = EtcdKeys(endpoint, launcher_job_id("shared"))
         wait_for("the second node's heartbeat", lambda: len(keys.live_nodes()) == 2)
         assert b.poll() is None and not (b_run / "summary.json").exists()
         assert len(EtcdKeys(endpoint, launcher_job_id("shared2")).live_nodes()) == 2
