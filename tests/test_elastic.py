@@ -39,10 +39,30 @@ def small_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return synth_split(tmp_path_factory, "elastic-data", 6_000, 2_000)
 
 
+STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def stop_leftovers():
+    """A failed test's jobs are stopped (SIGTERM: each supervisor stops its nodes)."""
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+
+
 def start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "recrunner", "train", *args], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "recrunner", "train", *args], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    STARTED.append(proc)
+    return proc
 
 
 def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str, str]:
