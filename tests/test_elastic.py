@@ -124,7 +124,7 @@ def kill_node(run: Path, index: str) -> None:
 
 def elastic(run: Path, *extra: str) -> list[str]:
     return [*TRAIN, f"runner.output_dir={run}", "mode.elastic.min_nodes=1",
-            "mode.elastic.max_nodes=2", "mode.elastic.wait_s=2", *extra]
+            "mode.elastic.max_nodes=2", "mode.elastic.wait_s=7", *extra]
 
 
 @needs_etcd
@@ -377,6 +377,8 @@ def test_missing_etcd_binary_is_a_clear_error(small_data: dict[str, str],
     (["mode=local", "mode.elastic.max_nodes=2"],
      "mode.elastic.max_nodes=2 applies to mode=collective, not mode=local"),
     (["mode=ps", "mode.elastic.max_nodes=3"], "applies to mode=collective, not mode=ps"),
+    (["mode=collective", "mode.elastic.max_nodes=2", "mode.elastic.wait_s=5"],
+     "mode.elastic.wait_s=5 must be more than 5"),
     (["mode=collective", "mode.elastic.max_nodes=3", "mode.nproc=4"],
      "mode.nproc=4 does not apply to an elastic job"),
     (["mode=local", "runner.checkpoint_every_steps=5"],

@@ -15,6 +15,8 @@ class ModeName(StrEnum):
 
 SYNC_MODES = ("async", "sync", "geo")
 NPROC_DEFAULT = 2
+# Paddle 3.0's launcher puts a node's heartbeat back every ttl/2 = 5 s (controllers/master.py).
+HEARTBEAT_REPUT_S = 5
 
 
 def etcd_host_port(spec: str) -> tuple[str, int]:
@@ -48,8 +50,11 @@ class ElasticConfig:
     job_id: str | None = None
     # Nodes this command starts here (None: max_nodes); fewer, to let others join later.
     nodes: int | None = None
-    # Seconds the node count must stay put before the job restarts at a new size.
-    wait_s: int = 5
+    # Seconds the node count must stay put before the job restarts at a new size. More than
+    # HEARTBEAT_REPUT_S: a launcher that registers deletes the job's heartbeat keys (Paddle
+    # 3.0's register_heartbeat), the others put theirs back only every 5 s, and a shorter wait
+    # lets two nodes registering together each start alone (two world-size-1 jobs).
+    wait_s: int = 10
     # Seconds the etcd server may be unreachable before the job fails.
     etcd_timeout_s: int = 20
     # Restarts (job-wide) of node launchers that exited non-zero by themselves (Paddle's does
@@ -62,8 +67,14 @@ class ElasticConfig:
         return self.max_nodes > 0
 
     def __post_init__(self) -> None:
-        at_least("mode.elastic", self, min_nodes=1, max_nodes=0, nodes=1, wait_s=1,
-                 etcd_timeout_s=1, node_restarts=0)
+        at_least("mode.elastic", self, min_nodes=1, max_nodes=0, nodes=1, etcd_timeout_s=1,
+                 node_restarts=0)
+        if self.wait_s <= HEARTBEAT_REPUT_S:
+            raise ValueError(
+                f"mode.elastic.wait_s={self.wait_s} must be more than {HEARTBEAT_REPUT_S}: "
+                "Paddle's launcher puts a node's heartbeat back only every "
+                f"{HEARTBEAT_REPUT_S} s, and a shorter wait lets nodes that register together "
+                "each start alone")
         if self.enabled and self.min_nodes > self.max_nodes:
             raise ValueError(f"mode.elastic.min_nodes={self.min_nodes} is more than "
                              f"mode.elastic.max_nodes={self.max_nodes}")
