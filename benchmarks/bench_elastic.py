@@ -34,7 +34,7 @@ MODEL = ["model.sparse_feature_number=10007", "model.sparse_feature_dim=8",
          "model.fc_sizes=[64,32]", "runner.progress=false", "runner.batch_size=256",
          "runner.learning_rate=0.002", "runner.threads=2", "runner.export=last",
          "mode=collective",
-         "mode.elastic.min_nodes=1", "mode.elastic.max_nodes=2", "mode.elastic.wait_s=5"]
+         "mode.elastic.min_nodes=1", "mode.elastic.max_nodes=2", "mode.elastic.wait_s=6"]
 
 
 def start(run: Path, data: dict[str, str], args: argparse.Namespace, *extra: str
@@ -105,7 +105,7 @@ def main() -> None:
     resumed = first_step_at(run, 1, proc)
     lost = done(proc, run)
     [event] = lost["restarts"]
-    print(f"node lost at step ~{kill_at} (mode.elastic.wait_s=5): training again "
+    print(f"node lost at step ~{kill_at} (mode.elastic.wait_s=6): training again "
           f"{resumed - killed:.1f}s after the kill ({resumed - last:.1f}s after the last step); "
           f"{event['steps_lost']} steps lost (checkpoint every {args.every}); "
           f"auc={lost['auc']:.5f} (undisturbed {base['auc']:.5f}, "

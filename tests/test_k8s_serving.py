@@ -250,11 +250,14 @@ SCENARIOS = {
     "collective": ["mode.name=collective", "mode.nproc=2", "cluster.juicefs.create_secret=false",
                    "cluster.juicefs.secret_name=shared"],
     "ps+sampleset+volcano": [*PS, *SAMPLESET, "cluster.scheduler=volcano"],
+    # The job's own etcd Deployment (recrunner.k8s.elastic) beside the elastic workers.
+    "elastic": ["mode.name=collective", "mode.elastic.min_nodes=1", "mode.elastic.max_nodes=3"],
 }
 
 
 def pod_specs(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every pod spec rendered: PaddleJob roles' templates, the InferenceService predictor."""
+    """Every pod spec rendered: PaddleJob roles' templates, the InferenceService predictor,
+    Deployments' templates (mode.elastic's etcd)."""
     pods = {}
     for doc in docs:
         if doc["kind"] == "PaddleJob":
@@ -263,6 +266,8 @@ def pod_specs(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                     pods[f"PaddleJob {role}"] = doc["spec"][role]["template"]["spec"]
         elif doc["kind"] == "InferenceService":
             pods["InferenceService predictor"] = doc["spec"]["predictor"]
+        elif doc["kind"] == "Deployment":
+            pods[f"Deployment {doc['metadata']['name']}"] = doc["spec"]["template"]["spec"]
         elif "template" in str(doc.get("spec", "")) or "containers" in str(doc.get("spec", "")):
             pods[doc["kind"]] = doc  # a kind with pods not covered above: fails below
     return pods
@@ -281,7 +286,10 @@ def test_every_rendered_pod_meets_the_restricted_profile(scenario: str,
     docs.append(ops.render_serving(from_uri)[0])
     pods = pod_specs(docs)
     assert {"PaddleJob worker", "InferenceService predictor"} <= set(pods)
-    assert not set(pods) - {"PaddleJob worker", "PaddleJob ps", "InferenceService predictor"}
+    etcd = {p for p in pods if p.startswith("Deployment rdzv-")}
+    assert len(etcd) == (scenario == "elastic")
+    assert not set(pods) - {"PaddleJob worker", "PaddleJob ps", "InferenceService predictor",
+                            *etcd}
     for name, pod in pods.items():
         assert violations(pod) == {}, name
 

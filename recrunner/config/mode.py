@@ -14,6 +14,27 @@ class ModeName(StrEnum):
 
 
 SYNC_MODES = ("async", "sync", "geo")
+NPROC_DEFAULT = 2
+# Paddle 3.0's launcher puts a node's heartbeat back every ttl/2 = 5 s (controllers/master.py).
+HEARTBEAT_REPUT_S = 5
+
+
+def etcd_host_port(spec: str) -> tuple[str, int]:
+    """mode.elastic.etcd as Paddle 3.0's launcher can take it: one HOST:PORT, no scheme (it
+    adds etcd:// and speaks plain HTTP to one endpoint). The one parser of the key: the local
+    run (recrunner.fleet.etcd) and the cluster rendering (recrunner.k8s.elastic) both use it."""
+    key = f"mode.elastic.etcd={spec!r}"
+    if "://" in spec:
+        raise ValueError(f"{key}: give HOST:PORT without a scheme (the launcher speaks plain "
+                         "HTTP to one endpoint)")
+    if "," in spec:
+        raise ValueError(f"{key}: Paddle's launcher takes one endpoint, not a list")
+    host, sep, port = spec.rpartition(":")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", host) or not port.isdigit():
+        raise ValueError(f"{key} is not HOST:PORT")
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"{key}: port {int(port)} is not between 1 and 65535")
+    return host, int(port)
 
 
 @dataclass
@@ -29,8 +50,11 @@ class ElasticConfig:
     job_id: str | None = None
     # Nodes this command starts here (None: max_nodes); fewer, to let others join later.
     nodes: int | None = None
-    # Seconds the node count must stay put before the job restarts at a new size.
-    wait_s: int = 5
+    # Seconds the node count must stay put before the job restarts at a new size. More than
+    # HEARTBEAT_REPUT_S: a launcher that registers deletes the job's heartbeat keys (Paddle
+    # 3.0's register_heartbeat), the others put theirs back only every 5 s, and a shorter wait
+    # lets two nodes registering together each start alone (two world-size-1 jobs).
+    wait_s: int = 10
     # Seconds the etcd server may be unreachable before the job fails.
     etcd_timeout_s: int = 20
     # Restarts (job-wide) of node launchers that exited non-zero by themselves (Paddle's does
@@ -43,8 +67,14 @@ class ElasticConfig:
         return self.max_nodes > 0
 
     def __post_init__(self) -> None:
-        at_least("mode.elastic", self, min_nodes=1, max_nodes=0, nodes=1, wait_s=1,
-                 etcd_timeout_s=1, node_restarts=0)
+        at_least("mode.elastic", self, min_nodes=1, max_nodes=0, nodes=1, etcd_timeout_s=1,
+                 node_restarts=0)
+        if self.wait_s <= HEARTBEAT_REPUT_S:
+            raise ValueError(
+                f"mode.elastic.wait_s={self.wait_s} must be more than {HEARTBEAT_REPUT_S}: "
+                "Paddle's launcher puts a node's heartbeat back only every "
+                f"{HEARTBEAT_REPUT_S} s, and a shorter wait lets nodes that register together "
+                "each start alone")
         if self.enabled and self.min_nodes > self.max_nodes:
             raise ValueError(f"mode.elastic.min_nodes={self.min_nodes} is more than "
                              f"mode.elastic.max_nodes={self.max_nodes}")
@@ -55,13 +85,16 @@ class ElasticConfig:
                                                         self.job_id):
             raise ValueError(f"mode.elastic.job_id={self.job_id!r}: use letters, digits, "
                              "'.', '_' and '-' (an etcd key and a pod label)")
+        if self.etcd is not None:
+            etcd_host_port(self.etcd)
 
 
 @dataclass
 class ModeConfig:
     name: ModeName = ModeName.local
-    # collective: trainer processes on this machine
-    nproc: int = 2
+    # collective: trainer processes on this machine (not with mode.elastic: one trainer per
+    # node there, and mode.elastic.nodes nodes here)
+    nproc: int = NPROC_DEFAULT
     # ps: parameter servers and trainers
     servers: int = 1
     trainers: int = 2
@@ -81,3 +114,14 @@ class ModeConfig:
             raise ValueError(
                 f"mode.sync_mode={self.sync_mode!r} is not one of {', '.join(SYNC_MODES)}"
             )
+        if self.elastic.enabled and self.name != ModeName.collective:
+            raise ValueError(
+                f"mode.elastic.max_nodes={self.elastic.max_nodes} applies to mode=collective, "
+                f"not mode={self.name} (Paddle's parameter-server mode has no elastic support; "
+                "mode=local is one process)")
+        # Any other value was meant for this job, and would be ignored: say so. (An explicit 2
+        # cannot be told from the default.)
+        if self.elastic.enabled and self.nproc != NPROC_DEFAULT:
+            raise ValueError(
+                f"mode.nproc={self.nproc} does not apply to an elastic job (one trainer per "
+                "node): set mode.elastic.nodes (nodes started here) and mode.elastic.max_nodes")

@@ -26,6 +26,15 @@ class RootConfig:
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
 
+    def __post_init__(self) -> None:
+        # Only the elastic engine knows its position within an epoch (recrunner.train.midepoch).
+        for key in ("checkpoint_every_steps", "checkpoint_every_seconds"):
+            value = getattr(self.runner, key)
+            if value is not None and not self.mode.elastic.enabled:
+                raise ValueError(f"runner.{key}={value} applies to elastic mode=collective "
+                                 "(mode.elastic.max_nodes>0) only: other modes checkpoint at "
+                                 "epoch ends")
+
 
 GROUP_SCHEMAS = {
     "dataset": DatasetConfig,

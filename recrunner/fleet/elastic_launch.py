@@ -208,6 +208,9 @@ class Supervisor:
         return summary.get("elastic_job_id") == self.job_id
 
     def run(self) -> dict[str, Any]:
+        # SIGTERM (a scheduler, a test's clean-up) stops the nodes as Ctrl-C does: the nodes
+        # run in sessions of their own and would otherwise outlive this process.
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
         self.prepare()
         if self.el.job_id and not self.nodes and self.finished_before():
             say(f"elastic job {self.job_id} has finished already: nothing to join")
@@ -353,9 +356,6 @@ class Supervisor:
 
 
 def launch_elastic(cfg: RootConfig) -> dict[str, Any]:
-    if str(cfg.mode.name) != "collective":
-        raise DistError(f"mode.elastic applies to mode=collective, not mode={cfg.mode.name} "
-                        "(Paddle's parameter-server mode has no elastic support)")
     import importlib.util
 
     if importlib.util.find_spec("etcd3") is None:

@@ -18,6 +18,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from recrunner.config.mode import etcd_host_port
 from recrunner.fleet.roles import DistError, free_ports
 
 INSTALL_HINT = ("install it with `apt-get install -y etcd-server` (Debian/Ubuntu) or from "
@@ -28,15 +29,12 @@ START_TIMEOUT_S = 20.0
 def resolve_endpoint(spec: str) -> str:
     """`HOST:PORT` -> `IP:PORT`. Paddle 3.0's launcher parses `etcd://HOST:PORT` with
     str.strip("etcd://"), which also eats a host name's leading/trailing e, t, c, d, / or :
-    characters (`etcd-0.etcd` -> `-0.`): an IP address survives, so names are resolved here."""
-    host, sep, port = spec.strip().rpartition(":")
-    if spec.startswith(("http://", "https://", "etcd://")):
-        raise DistError(f"mode.elastic.etcd={spec!r}: give HOST:PORT without a scheme (the "
-                        "launcher speaks plain HTTP to one endpoint)")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise DistError(f"mode.elastic.etcd={spec!r} is not HOST:PORT")
-    if "," in spec:
-        raise DistError(f"mode.elastic.etcd={spec!r}: Paddle's launcher takes one endpoint")
+    characters (`etcd-0.etcd` -> `-0.`): an IP address survives, so names are resolved here
+    (on this machine only: a pod resolves its own, see recrunner.k8s.elastic)."""
+    try:
+        host, port = etcd_host_port(spec.strip())
+    except ValueError as exc:
+        raise DistError(str(exc)) from None
     try:
         ip = str(ipaddress.IPv4Address(host))
     except ValueError:
@@ -45,7 +43,7 @@ def resolve_endpoint(spec: str) -> str:
         except OSError as exc:
             raise DistError(f"mode.elastic.etcd={spec!r}: cannot resolve {host!r} ({exc})"
                             ) from None
-    return f"{ip}:{int(port)}"
+    return f"{ip}:{port}"
 
 
 def healthy(endpoint: str, timeout: float = 2.0) -> bool:

@@ -8,15 +8,23 @@ max_nodes worker replicas that restart in place when their launcher exits non-ze
 does when its own trainer died), and Volcano's minAvailable at min_nodes.
 """
 
+import hashlib
+import time
 from typing import Any
 
 from recrunner.config.cluster import Scheduler
+from recrunner.config.compose import to_yaml
+from recrunner.config.mode import etcd_host_port
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
 from recrunner.fleet.etcd import launcher_job_id
 
 ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
 ETCD_PORT = 2379
+# The image's non-root user (its base is distroless, whose "nonroot" is 65532): etcd needs
+# no privilege, only its data directory, an emptyDir writable by the pod's fsGroup.
+ETCD_UID = 65532
+JOB_ID_ANNOTATION = "recrunner/elastic-job-id"
 # Paddle 3.0's launcher parses etcd://HOST:PORT with str.strip("etcd://"): a host whose first
 # character is one of these is eaten.
 STRIPPED = set("etcd:/")
@@ -32,9 +40,10 @@ def endpoint(cfg: RootConfig, job: str, namespace: str) -> str:
     spec = cfg.mode.elastic.etcd
     if spec is None:
         return f"{etcd_service_name(job)}.{namespace}.svc:{ETCD_PORT}"
-    host, sep, port = spec.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise RecrunnerError(f"mode.elastic.etcd={spec!r} is not HOST:PORT")
+    try:
+        host, _ = etcd_host_port(spec)  # checked at load too: the same parser
+    except ValueError as exc:
+        raise RecrunnerError(str(exc)) from None
     if host[0] in STRIPPED:
         raise RecrunnerError(
             f"mode.elastic.etcd={spec!r}: Paddle's launcher strips a leading "
@@ -43,11 +52,20 @@ def endpoint(cfg: RootConfig, job: str, namespace: str) -> str:
     return spec
 
 
-def launcher_command(cfg: RootConfig, job: str, namespace: str, config_path: str) -> list[str]:
+def submission_job_id(cfg: RootConfig, job: str) -> str:
+    """The rendezvous's id in etcd for this submission: the job's name (or
+    mode.elastic.job_id) and a nonce from the config and the time of rendering. Paddle never
+    deletes a job's keys, and a resubmitted job keeps its name: with a fixed id its pods
+    would read the previous submission's status and peer list (`completed`, dead pods)."""
+    base = cfg.mode.elastic.job_id or job
+    nonce = hashlib.sha256(f"{to_yaml(cfg)}\n{time.time_ns()}".encode()).hexdigest()[:8]
+    return f"{base[:54]}-{nonce}"
+
+
+def launcher_command(cfg: RootConfig, job_id: str, etcd: str, config_path: str) -> list[str]:
     el = cfg.mode.elastic
     return ["python", "-m", "paddle.distributed.launch",
-            "--master", f"etcd://{endpoint(cfg, job, namespace)}",
-            "--job_id", launcher_job_id(el.job_id or job),
+            "--master", f"etcd://{etcd}", "--job_id", launcher_job_id(job_id),
             "--nnodes", f"{el.min_nodes}:{el.max_nodes}", "--elastic_level", "1",
             "--elastic_timeout", str(el.wait_s), "--max_restart", "10000",
             "--nproc_per_node", "1",
@@ -58,15 +76,18 @@ def adapt_paddlejob(cfg: RootConfig, job: dict[str, Any], namespace: str) -> Non
     """The PaddleJob's workers as elastic nodes (in place)."""
     el = cfg.mode.elastic
     name = job["metadata"]["name"]
+    job_id = submission_job_id(cfg, name)
+    job["metadata"].setdefault("annotations", {})[JOB_ID_ANNOTATION] = job_id
     worker = job["spec"]["worker"]
     worker["replicas"] = el.max_nodes
     pod = worker["template"]["spec"]
     container = pod["containers"][0]
     config_path = container["command"][-1]
-    container["command"] = launcher_command(cfg, name, namespace, config_path)
+    container["command"] = launcher_command(cfg, job_id, endpoint(cfg, name, namespace),
+                                            config_path)
     container["env"] = [*container["env"],
                         {"name": "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "value": "python"},
-                        {"name": "RECRUNNER_ELASTIC_JOB", "value": el.job_id or name}]
+                        {"name": "RECRUNNER_ELASTIC_JOB", "value": job_id}]
     # A node whose launcher exited (its trainer died) comes back in place; a lost pod is
     # replaced by the operator.
     pod["restartPolicy"] = "OnFailure"
@@ -83,7 +104,7 @@ def etcd_documents(job: str, namespace: str, labels: dict[str, str]) -> list[dic
     url = f"http://0.0.0.0:{ETCD_PORT}"
     container = {
         "name": "etcd", "image": ETCD_IMAGE,
-        "command": ["etcd", "--name", "rdzv", "--data-dir", "/var/run/etcd",
+        "command": ["etcd", "--name", "rdzv", "--data-dir", "/var/run/etcd/data",
                     "--listen-client-urls", url,
                     "--advertise-client-urls", f"http://{name}.{namespace}.svc:{ETCD_PORT}"],
         "ports": [{"containerPort": ETCD_PORT, "name": "client"}],
@@ -91,13 +112,19 @@ def etcd_documents(job: str, namespace: str, labels: dict[str, str]) -> list[dic
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
                       "limits": {"cpu": "1", "memory": "512Mi"}},
         "volumeMounts": [{"name": "data", "mountPath": "/var/run/etcd"}],
+        # Pod Security Standards "restricted": etcd writes only under its data dir.
+        "securityContext": {"allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                            "readOnlyRootFilesystem": True},
     }
+    pod = {"containers": [container], "volumes": [{"name": "data", "emptyDir": {}}],
+           "securityContext": {"runAsNonRoot": True, "runAsUser": ETCD_UID,
+                               "runAsGroup": ETCD_UID, "fsGroup": ETCD_UID,
+                               "seccompProfile": {"type": "RuntimeDefault"}}}
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
         "spec": {"replicas": 1, "selector": {"matchLabels": selector},
-                 "template": {"metadata": {"labels": selector},
-                              "spec": {"containers": [container],
-                                       "volumes": [{"name": "data", "emptyDir": {}}]}}},
+                 "template": {"metadata": {"labels": selector}, "spec": pod}},
     }
     service = {
         "apiVersion": "v1", "kind": "Service", "metadata": meta,

@@ -27,6 +27,10 @@ log = logging.getLogger("recrunner.train")
 # After SIGTERM, how long the step in flight may take before the process exits unsaved (the
 # launcher kills it after 30 s).
 TERM_GRACE_S = 15.0
+# Elastic jobs' mid-epoch checkpoint period when neither runner.checkpoint_every_steps nor
+# _seconds is set: it bounds the work a killed trainer loses (a SIGTERM saves anyway) at a
+# minute, at the cost of one checkpoint write a minute.
+ELASTIC_EVERY_S = 60.0
 
 
 def root(out: Path) -> Path:
@@ -50,12 +54,18 @@ class MidEpoch:
                  fingerprint: dict[str, Any]) -> None:
         self.every_steps = cfg.runner.checkpoint_every_steps
         self.every_s = cfg.runner.checkpoint_every_seconds
-        self.enabled = bool(self.every_steps or self.every_s)
-        if self.enabled and not hasattr(engine, "position"):
+        # Only an engine that knows its position in the epoch (the elastic one) resumes within
+        # it; for it, mid-epoch checkpoints are always on: on SIGTERM (every membership
+        # change) and, unless a key says otherwise, every ELASTIC_EVERY_S seconds (a killed
+        # trainer saves nothing).
+        self.enabled = hasattr(engine, "position")
+        if (self.every_steps or self.every_s) and not self.enabled:
             raise RecrunnerError(
                 f"runner.checkpoint_every_steps/_seconds need an engine that can resume within "
                 f"an epoch: elastic mode=collective (mode.elastic.max_nodes>0), not "
                 f"mode={cfg.mode.name}")
+        if self.enabled and not (self.every_steps or self.every_s):
+            self.every_s = ELASTIC_EVERY_S
         self.out, self.engine, self.is_writer = out, engine, is_writer
         self.fingerprint = fingerprint
         self.last_save = time.monotonic()
