@@ -272,7 +272,6 @@ def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
     # launcher's SIGTERM may come a few steps after the SIGCONT, so not exactly stopped_at.)
     [event] = a_summary["restarts"]
     assert event["step"] >= stopped_at and event["steps_lost"] == 0
-    assert event["last_step"] - event["step"] <= 0
     assert a_summary["steps"] == 2 * 79 and a_summary["train_examples"] == 2 * 20_000
     b_summary = json.loads((b_run / "summary.json").read_text())
     # Undisturbed by job a: no restart at all while both ran (a node that came up late
