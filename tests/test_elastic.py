@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun, synth_split
+from tests.test_secrets import FAKE, leaks
 
 needs_etcd = pytest.mark.skipif(
     shutil.which("etcd") is None or importlib.util.find_spec("etcd3") is None,
@@ -60,7 +61,7 @@ def stop_leftovers():
 def start(*args: str) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "recrunner", "train", *args], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+                            env={**os.environ, **FAKE, "PYTHONPATH": str(REPO)})
     STARTED.append(proc)
     return proc
 
@@ -191,6 +192,11 @@ def test_lost_node_job_finishes_smaller_with_the_same_auc(synth_data: dict[str, 
     assert "world size 2 -> 1 (a node left)" in err
     local_auc = json.loads((tmp_path / "local" / "summary.json").read_text())["auc"]
     assert abs(summary["auc"] - local_auc) < 0.01, (summary["auc"], local_auc)
+    # The fake credentials in the job's environment (start) reached no file of the run (Paddle's
+    # launcher logs the environment it is given) and no output.
+    assert leaks(err) == []
+    assert [str(p.relative_to(run)) for p in run.rglob("*")
+            if p.is_file() and leaks(p.read_bytes())] == []
 
 
 def put_stale_keys(endpoint: str, job_id: str) -> None:

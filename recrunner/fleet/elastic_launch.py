@@ -20,7 +20,7 @@ from recrunner import atomic
 from recrunner.config.compose import to_yaml
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
-from recrunner.fleet import etcd
+from recrunner.fleet import etcd, secret_env
 from recrunner.fleet.elastic import state_dir
 from recrunner.fleet.launcher import child_env, local_run_config, newest_mtime
 from recrunner.fleet.roles import DistError
@@ -231,47 +231,50 @@ class Supervisor:
         atomic.write_text(config_file, to_yaml(run_cfg), "launcher_config")
         log_root = self.out / "logs" / f"elastic-{os.getpid()}"
         cmd = node_command(self.cfg, self.endpoint, self.job_id, config_file, log_root)
-        env = elastic_env(run_cfg, self.job_id)
-        self.metrics_offset()
-        say(f"elastic job {self.job_id}: {count} node(s) here, {self.el.min_nodes}.."
-            f"{self.el.max_nodes} in all, etcd {self.endpoint}; logs: {log_root}")
-        for i in range(count):
-            node = Node(i, log_root)
-            node.start(cmd, env, config_file.parent)
-            self.nodes.append(node)
-        self.write_nodes()
-        last_etcd_ok = time.monotonic()
-        last_etcd_check = 0.0
-        last_life, last_mtime = time.monotonic(), 0.0
-        while True:
-            self.print_events()
-            now = time.monotonic()
-            if self.server is not None and not self.server.alive():
-                raise DistError(f"the etcd server {self.endpoint} (pid {self.server.proc.pid}, "
-                                f"started by this run) exited with code "
-                                f"{self.server.proc.poll()}: the job's rendezvous is gone; "
-                                f"log: {self.server.log}; continue with runner.resume=true")
-            if self.server is None and now - last_etcd_check >= ETCD_CHECK_S:
-                last_etcd_check = now
-                if etcd.healthy(self.endpoint, 1.0):
-                    last_etcd_ok = now
-                elif now - last_etcd_ok > self.el.etcd_timeout_s:
-                    raise DistError(f"etcd server {self.endpoint} (mode.elastic.etcd) has not "
-                                    f"answered for {self.el.etcd_timeout_s}s "
-                                    "(mode.elastic.etcd_timeout_s): the job's rendezvous is "
-                                    "gone; continue with runner.resume=true")
-            for node in self.nodes:
-                if not node.done:
-                    self.check_node(node, cmd, env, config_file.parent)
-            if all(node.done for node in self.nodes):
-                return self.finished()
-            mtime = newest_mtime([n.log_dir for n in self.nodes] + [state_dir(self.out)])
-            if mtime > last_mtime:
-                last_mtime, last_life = mtime, now
-            elif now - last_life > self.cfg.mode.timeout_s:
-                raise DistError(f"no sign of life (log output) from the elastic job for "
-                                f"mode.timeout_s={self.cfg.mode.timeout_s}s; logs: {log_root}")
-            time.sleep(POLL_S)
+        # Credentials reach the trainers through a private file: Paddle's launcher writes
+        # the environment it is given into the run's logs (as in launcher.launch).
+        with secret_env.handed_over(elastic_env(run_cfg, self.job_id)) as env:
+            self.metrics_offset()
+            say(f"elastic job {self.job_id}: {count} node(s) here, {self.el.min_nodes}.."
+                f"{self.el.max_nodes} in all, etcd {self.endpoint}; logs: {log_root}")
+            for i in range(count):
+                node = Node(i, log_root)
+                node.start(cmd, env, config_file.parent)
+                self.nodes.append(node)
+            self.write_nodes()
+            last_etcd_ok = time.monotonic()
+            last_etcd_check = 0.0
+            last_life, last_mtime = time.monotonic(), 0.0
+            while True:
+                self.print_events()
+                now = time.monotonic()
+                if self.server is not None and not self.server.alive():
+                    raise DistError(f"the etcd server {self.endpoint} (pid {self.server.proc.pid}, "
+                                    f"started by this run) exited with code "
+                                    f"{self.server.proc.poll()}: the job's rendezvous is gone; "
+                                    f"log: {self.server.log}; continue with runner.resume=true")
+                if self.server is None and now - last_etcd_check >= ETCD_CHECK_S:
+                    last_etcd_check = now
+                    if etcd.healthy(self.endpoint, 1.0):
+                        last_etcd_ok = now
+                    elif now - last_etcd_ok > self.el.etcd_timeout_s:
+                        raise DistError(f"etcd server {self.endpoint} (mode.elastic.etcd) has not "
+                                        f"answered for {self.el.etcd_timeout_s}s "
+                                        "(mode.elastic.etcd_timeout_s): the job's rendezvous is "
+                                        "gone; continue with runner.resume=true")
+                for node in self.nodes:
+                    if not node.done:
+                        self.check_node(node, cmd, env, config_file.parent)
+                if all(node.done for node in self.nodes):
+                    return self.finished()
+                mtime = newest_mtime([n.log_dir for n in self.nodes] + [state_dir(self.out)])
+                if mtime > last_mtime:
+                    last_mtime, last_life = mtime, now
+                elif now - last_life > self.cfg.mode.timeout_s:
+                    raise DistError(f"no sign of life (log output) from the elastic job for "
+                                    f"mode.timeout_s={self.cfg.mode.timeout_s}s; logs: {log_root}")
+                time.sleep(POLL_S)
+
 
     def check_node(self, node: Node, cmd: list[str], env: dict[str, str], cwd: Path) -> None:
         assert node.proc is not None
