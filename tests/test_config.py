@@ -114,6 +114,9 @@ def test_multirun_sweep_runs_each_job(tmp_path, small_synth) -> None:
     ("serving.port=70000", "serving.port=70000 must be between 0 and 65535"),
     ("serving.workers=0", "serving.workers=0 must be at least 1"),
     ("serving.grpc_port=-1", "serving.grpc_port=-1 must be between 0 and 65535"),
+    ("serving.grpc_max_concurrent_rpcs=0", "serving.grpc_max_concurrent_rpcs=0 must be at least 1"),
+    ("serving.grpc_max_connection_age_s=0", "serving.grpc_max_connection_age_s=0.0 must be greater "
+     "than 0"),
     ("serving.model_name='wide/deep'", "serving.model_name='wide/deep' must be a name of"),
 ])
 def test_out_of_range_values_fail_at_load_time(override: str, message: str) -> None:

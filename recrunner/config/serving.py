@@ -117,8 +117,16 @@ class ServingConfig:
     # A request's head and body must arrive within this many seconds of its first byte (a
     # client sending a byte a second is answered 408 and closed).
     read_timeout_s: float = 10.0
-    # Connections served at once; one more is answered 503 and closed.
+    # Connections served at once; one more is answered 503 and closed. The gRPC port has its
+    # own count of the same size (one more is closed at once).
     max_connections: int = 512
+    # gRPC calls in progress at once (each holds a thread from its headers to its reply, also
+    # while its message is still arriving); one more gets RESOURCE_EXHAUSTED.
+    grpc_max_concurrent_rpcs: int = 64
+    # Every gRPC connection is told to go away (GOAWAY) after this many seconds, its calls then
+    # get read_timeout_s + request_timeout_s to finish before it is closed: the only bound on a
+    # call whose message never completes. Clients reconnect on their own.
+    grpc_max_connection_age_s: float = 300.0
     # Poll the model directory every this many seconds and swap in a new export (0: only on
     # POST /v2/repository/models/<name>/load or SIGHUP).
     watch_interval_s: float = 2.0
@@ -129,10 +137,10 @@ class ServingConfig:
     def __post_init__(self) -> None:
         at_least("serving", self, port=0, threads=1, workers=1, max_batch_rows=1,
                  batch_wait_ms=0, max_queue_rows=1, max_body_bytes=1, max_connections=1,
-                 watch_interval_s=0)
+                 grpc_max_concurrent_rpcs=1, watch_interval_s=0)
         within("serving", self, "port", 0, 65535)
         within("serving", self, "grpc_port", 0, 65535)
         matches("serving", self, "model_name", r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}",
                 "a name of letters, digits, '_', '.', '-' (it goes into URLs)")
         positive("serving", self, "request_timeout_s", "socket_timeout_s", "shutdown_timeout_s",
-                 "read_timeout_s")
+                 "read_timeout_s", "grpc_max_connection_age_s")

@@ -290,3 +290,32 @@ def _drive(client: Callable[["itertools.count[int]", int, bool], None], warmup: 
             t.join()
         if measured:
             result.wall_s = time.perf_counter() - t0
+
+
+# --- hostile bytes for the gRPC port (tests/test_hostile_grpc.py, benchmarks/soak_serving.py) ---
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+H2_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame
+
+
+def h2_frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") \
+        + payload
+
+
+def stalled_grpc_call(method: str, streams: int = 1) -> bytes:
+    """A connection's opening bytes: preface, SETTINGS, then on each of `streams` streams a
+    call's headers and the first 10 bytes of a message that says it has 100: the server waits
+    for the other 90."""
+    def literal(name: bytes, value: bytes) -> bytes:  # HPACK, without indexing or Huffman
+        return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+    headers = b"".join(literal(n, v) for n, v in (
+        (b":method", b"POST"), (b":scheme", b"http"), (b":path", method.encode()),
+        (b":authority", b"x"), (b"content-type", b"application/grpc"), (b"te", b"trailers")))
+    out = H2_PREFACE + H2_SETTINGS
+    for i in range(streams):
+        stream = 2 * i + 1
+        out += h2_frame(1, 4, stream, headers)  # HEADERS, END_HEADERS
+        out += h2_frame(0, 0, stream, b"\x00" + (100).to_bytes(4, "big") + b"0" * 10)  # DATA
+    return out

@@ -3,9 +3,19 @@
 Services are registered by name (grpc's generic handlers) from each protocol's servicer:
 `service` (the full name) and `methods()` -> {name: (fn(message, call) -> (reply, rows),
 request class, reply class)}. The errors of the data plane become gRPC status codes with the
-same one-line reason the HTTP endpoints give; message size is limited by serving.max_body_bytes,
-as HTTP bodies are. A call that took a model (dataplane.take) names its version in the trailing
-metadata `x-model-version`, as HTTP replies do in their X-Model-Version header.
+same one-line reason the HTTP endpoints give. A call that took a model (dataplane.take) names its
+version in the trailing metadata `x-model-version`, as HTTP replies do in their X-Model-Version
+header.
+
+Bounds against hostile clients (`limits()`; each was checked by experiment with grpcio 1.67, see
+docs/reliability.md): a message over serving.max_body_bytes (compressed or once decompressed)
+gets RESOURCE_EXHAUSTED; a connection must send its HTTP/2 preface and SETTINGS within
+serving.read_timeout_s and is closed once idle for serving.socket_timeout_s; at most
+serving.max_connections connections (one more is closed at once); at most
+serving.grpc_max_concurrent_rpcs calls in progress (one more: RESOURCE_EXHAUSTED), each holding
+one thread of a pool of that size; and every connection goes away after
+serving.grpc_max_connection_age_s, which is what ends a call whose message never completes
+(the sync server reads a unary request on the call's thread, with no deadline of its own).
 """
 
 import logging
@@ -41,17 +51,34 @@ class Servicer(Protocol):
 Observe = Callable[[str, int, float, int], None]
 
 
+def _ms(seconds: float) -> int:
+    return min(round(seconds * 1000), 2**31 - 1)  # grpc's channel args are 32-bit ints
+
+
+def limits(cfg: ServingConfig) -> list[tuple[str, Any]]:
+    """grpc channel args from the serving config (see the module's docstring)."""
+    return [("grpc.max_receive_message_length", cfg.max_body_bytes),
+            ("grpc.max_send_message_length", cfg.max_body_bytes),
+            ("grpc.so_reuseport", 0),
+            ("grpc.server_handshake_timeout_ms", _ms(cfg.read_timeout_s)),
+            ("grpc.max_connection_idle_ms", _ms(cfg.socket_timeout_s)),
+            ("grpc.max_allowed_incoming_connections", cfg.max_connections),
+            ("grpc.max_connection_age_ms", _ms(cfg.grpc_max_connection_age_s)),
+            # a call in progress at the GOAWAY: time to finish sending and to be answered
+            ("grpc.max_connection_age_grace_ms",
+             _ms(cfg.read_timeout_s + cfg.request_timeout_s))]
+
+
 class GrpcServer:
     def __init__(self, cfg: ServingConfig, servicers: list[Servicer], observe: Observe,
                  begin: Callable[[], None], end: Callable[[], None]) -> None:
         self.cfg = cfg
         self._observe, self._begin, self._end = observe, begin, end
-        options = [("grpc.max_receive_message_length", cfg.max_body_bytes),
-                   ("grpc.max_send_message_length", cfg.max_body_bytes),
-                   ("grpc.so_reuseport", 0)]
-        # Enough threads for many concurrent clients: each call blocks on the batcher.
-        self.server = grpc.server(ThreadPoolExecutor(max_workers=32, thread_name_prefix="grpc"),
-                                  options=options)
+        # A thread per call in progress (each blocks on the batcher); one call more is refused
+        # rather than queued behind calls that may never complete.
+        rpcs = cfg.grpc_max_concurrent_rpcs
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=rpcs, thread_name_prefix="grpc"),
+                                  options=limits(cfg), maximum_concurrent_rpcs=rpcs)
         for servicer in servicers:
             # Requests arrive as bytes and are parsed in _wrap: a malformed message is the
             # client's error (INVALID_ARGUMENT), not grpc's INTERNAL.
