@@ -25,6 +25,10 @@ AGREE = 1e-5  # engines and checkpoints against the trained network
 # 0.007 (W&D, twice), 0.012-0.014 (DeepFM twice, DNN) short; in one CI run 0.031 (DeepFM)
 # (docs/distributed.md). These bounds catch a broken update path, not the 0.01 promise.
 AUC_GAP = {"collective": 0.01, "ps-async": 0.06, "ps-geo": 0.05}
+# Their thread timing differs between identical runs: a run off by more than its bound is
+# trained once more (tests/test_one_model.py's only retry), and that run decides. Seen on CI's
+# 2 cores beside the other test worker: W&D async 0.104 short once, within 0.02 otherwise.
+NONDETERMINISTIC = {"ps-async", "ps-geo"}
 # Each run costs 20-90 s on 2 cores, so the newer models run locally and in one fleet mode
 # each (collective: the dygraph path; ps: the static graph): every mode is covered by some
 # model, and the every-mode runs stay with the two oldest. Any other model (a plugin) gets
@@ -60,12 +64,22 @@ def test_base_models_learn(runs: Any) -> None:
 
 
 @pytest.mark.parametrize(("model", "mode"), [p for p in PAIRS if p[1] != "local"])
-def test_every_mode_trains_the_local_model(runs: Any, model: str, mode: str) -> None:
+def test_every_mode_trains_the_local_model(runs: Any, model: str, mode: str,
+                                          tmp_path: Path) -> None:
     local, other = summary(runs(model, "local")), summary(runs(model, mode))
     assert other["eval_examples"] == local["eval_examples"] == 10_000
     assert other["train_examples"] == local["train_examples"] == 40_000
-    assert abs(other["auc"] - local["auc"]) < AUC_GAP[mode], (model, mode, local["auc"],
-                                                              other["auc"])
+    aucs = [other["auc"]]
+    if abs(aucs[0] - local["auc"]) >= AUC_GAP[mode] and mode in NONDETERMINISTIC:
+        # One sample of a nondeterministic run: a second, independent one decides (a broken
+        # update path is off in both; a starved one, once in a while, in one).
+        from tests.conftest import recrun
+
+        out = tmp_path / "again"
+        proc = recrun(*runs.args(model, mode), f"runner.output_dir={out}", timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        aucs.append(summary(out)["auc"])
+    assert abs(aucs[-1] - local["auc"]) < AUC_GAP[mode], (model, mode, local["auc"], aucs)
 
 
 @pytest.mark.parametrize(("model", "mode"), PAIRS)
