@@ -15,7 +15,6 @@ not return OK (h2load sees only the HTTP status; the server's /metrics counts gR
 
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from bench_serving import (  # noqa: E402
     cpu_seconds,
     free_port,
     load_data,
+    print_ab_table,
     start_server,
 )
 
@@ -140,21 +140,8 @@ def main() -> None:
                 loads.append(os.getloadavg()[0])
     print(f"A = {args.old}, B = {HERE}; h2load; medians of {args.rounds} interleaved rounds; "
           f"1-min load average {min(loads):.1f}-{max(loads):.1f}")
-    print(f"{'protocol':10} {'batch':>5} {'':2} {'p50 ms':>8} {'p99 ms':>8} {'rows/s':>9} "
-          f"{'cpu ms/req':>10}")
-    for protocol in protocols:
-        for b in batches:
-            for label in ("A", "B"):
-                rs = [run[(protocol, b)] for run in runs[label]]
-                failed = sum(r["failed"] for r in rs)
-                print(f"{protocol:10} {b:>5} {label:2} "
-                      + " ".join(f"{statistics.median(r[k] for r in rs):>{w},.3f}"
-                                 if k != "rows_s" else
-                                 f"{statistics.median(r[k] for r in rs):>{w},.0f}"
-                                 for k, w in (("p50", 8), ("p99", 8), ("rows_s", 9),
-                                              ("cpu_ms", 10)))
-                      + (f"  {failed} gRPC calls not OK" if failed else ""))
-
+    print_ab_table(runs, protocols, batches, ("p50", "p99", "rows_s", "cpu_ms"), "failed",
+                   "{} gRPC calls not OK")
 
 if __name__ == "__main__":
     main()

@@ -9,7 +9,6 @@ machine distorts least).
 """
 
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from bench_serving import (  # noqa: E402
     free_port,
     load_data,
     measure,
+    print_ab_table,
     start_server,
 )
 
@@ -81,21 +81,8 @@ def main() -> None:
                                        args.profile if label == "B" and r == 0 else 0.0))
     print(f"A = {args.old}, B = {HERE}; medians of {args.rounds} interleaved rounds; "
           f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print(f"{'protocol':10} {'batch':>5} {'':2} {'p50 ms':>8} {'p99 ms':>8} {'rows/s':>9} "
-          f"{'cpu ms/req':>10}")
-    for protocol in protocols:
-        for b in batches:
-            for label in ("A", "B"):
-                rows = [run[(protocol, b)] for run in runs[label]]
-
-                def med(key: str, rows: list[dict[str, Any]] = rows) -> float:
-                    return statistics.median(x[key] for x in rows)
-
-                errors = sum(x["errors"] for x in rows)
-                print(f"{protocol:10} {b:>5} {label:2} {med('p50_ms'):>8.3f} "
-                      f"{med('p99_ms'):>8.3f} {med('rows_per_s'):>9,.0f} "
-                      f"{med('server_cpu_ms'):>10.3f}" + (f"  errors {errors}" if errors else ""))
-
+    print_ab_table(runs, protocols, batches, ("p50_ms", "p99_ms", "rows_per_s", "server_cpu_ms"),
+                   "errors", "errors {}")
 
 if __name__ == "__main__":
     main()

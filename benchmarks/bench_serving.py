@@ -175,6 +175,33 @@ def ab_arguments(description: str, protocols: str, requests: int,
     p.add_argument("--rounds", type=int, default=rounds)
     return p
 
+# The A/B table's columns: (heading, width, format) in the order the scripts' results name
+# p50, p99, rows/s and server CPU per request.
+AB_COLUMNS = (("p50 ms", 8, ".3f"), ("p99 ms", 8, ".3f"), ("rows/s", 9, ",.0f"),
+              ("cpu ms/req", 10, ".3f"))
+
+
+def print_ab_table(runs: dict[str, list[dict[tuple[str, int], dict[str, Any]]]],
+                   protocols: list[str], batches: list[int], keys: tuple[str, str, str, str],
+                   failures: str, failures_text: str) -> None:
+    """The A/B scripts' table: per protocol, batch and side, the medians over the rounds of
+    `keys` (p50, p99, rows/s, CPU ms per request) and, when any, the summed `failures` as
+    `failures_text` ("errors {}")."""
+    import statistics
+
+    print(f"{'protocol':10} {'batch':>5} {'':2} "
+          + " ".join(f"{head:>{width}}" for head, width, _ in AB_COLUMNS))
+    for protocol in protocols:
+        for b in batches:
+            for label in ("A", "B"):
+                rows = [run[(protocol, b)] for run in runs[label]]
+                cells = " ".join(f"{statistics.median(r[key] for r in rows):>{width}{fmt}}"
+                                 for key, (_, width, fmt) in zip(keys, AB_COLUMNS, strict=True))
+                failed = sum(r[failures] for r in rows)
+                print(f"{protocol:10} {b:>5} {label:2} {cells}"
+                      + ("  " + failures_text.format(failed) if failed else ""))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--export", type=Path)
