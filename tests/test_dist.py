@@ -126,24 +126,22 @@ def test_ps_trains_resumes_from_its_checkpoint_and_exports(runs: Runs,
     assert abs(auc(test.label, probs) - summary["auc"]) < 1e-4
 
 
-def test_ps_geo_resumes_as_if_never_stopped(runs: Runs, tmp_path: Path) -> None:
-    """2 geo epochs in one run, or 1 epoch (the matrix's geo run) and a resume: about the
-    same model."""
+def test_ps_geo_resumes_where_it_stopped(runs: Runs, tmp_path: Path) -> None:
+    """The matrix's geo run (1 epoch), resumed for a second: the model goes on from the
+    checkpoint (the trainers' copies and the servers' tables restored together)."""
     base = runs.args("wide_deep", "ps-geo")
-    straight = tmp_path / "straight"
-    proc = recrun(*base, "runner.epochs=2", *run_dir_overrides(straight), timeout=600)
-    assert proc.returncode == 0, proc.stderr
     resumed = runs.copy("wide_deep", "ps-geo", tmp_path / "resumed")
     second = recrun(*base, "runner.epochs=2", "runner.resume=true", *run_dir_overrides(resumed),
                     timeout=600)
     assert second.returncode == 0, second.stderr
-    aucs = {run.name: [json.loads(x)["auc"] for x in (run / "metrics.jsonl").read_text()
-                       .splitlines()] for run in (straight, resumed)}
-    assert len(aucs["resumed"]) == 2, aucs
-    # Before the trainers' copies were restored, a resumed geo model scored below 0.5. Geo
-    # runs differ by thread timing (±0.02 on this small data; 0.030 seen on a loaded machine),
-    # hence the tolerance.
-    assert aucs["resumed"][1] > 0.7 and abs(aucs["resumed"][1] - aucs["straight"][1]) < 0.05
+    aucs = [json.loads(x)["auc"] for x in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert len(aucs) == 2, aucs
+    # Before the trainers' copies were restored, a resumed geo model scored below 0.5: the
+    # second epoch started from fresh copies while the servers held the trained tables. A
+    # second epoch from the checkpoint scores about the first's (geo varies by thread timing,
+    # ±0.02 on this small data); comparing with an uninterrupted 2-epoch run cost a run and
+    # caught nothing more.
+    assert aucs[1] > 0.7 and aucs[1] > aucs[0] - 0.03, aucs
     from recrunner.export import load_export
 
     assert load_export(resumed / "export").predictor.get_input_names() == ["dense",

@@ -5,7 +5,12 @@ import math
 import pytest
 
 from recrunner.config.compose import load
-from recrunner.fleet.ps_tables import CLIENT_GFLAGS, ps_table_configs, trainer_optimizer
+from recrunner.fleet.ps_tables import (
+    CLIENT_GFLAGS,
+    ps_table_configs,
+    table_shards,
+    trainer_optimizer,
+)
 
 OVERRIDES = ["mode=ps", "runner.learning_rate=0.0037", "model.init_scale=0.023",
              "model.sparse_feature_number=1001", "model.sparse_feature_dim=4",
@@ -30,9 +35,10 @@ def test_server_table_rule_is_local_lazy_adam(local_adam) -> None:
     cfg = load(OVERRIDES)
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
-    strategy.sparse_table_configs = ps_table_configs(cfg, "emb")
+    strategy.sparse_table_configs = ps_table_configs(cfg, "emb", 7)
     (table,) = strategy.sparse_table_configs  # what the_one_ps reads back
     assert table.table_name == "emb" and table.table_class == "MemorySparseTable"
+    assert table.shard_num == 7  # not fleet's default 1000 (a file each per checkpoint)
     acc = table.accessor
     assert acc.accessor_class == "SparseAccessor"
     assert acc.embedx_threshold == 0  # every column trains from a row's first push
@@ -89,3 +95,57 @@ def test_more_trainers_than_cores_is_warned_of() -> None:
     assert "geo PS" in crowded and "\n" not in crowded
     assert oversubscribed(load(["mode=ps", "mode.trainers=2"]), 2) is None
     assert oversubscribed(load(["mode=collective", "mode.nproc=4"]), 2) is None
+
+
+@pytest.mark.parametrize(("overrides", "shards"), [
+    (["model.sparse_feature_number=1000001"], 101),  # one shard per 10,000 rows
+    (["model.sparse_feature_number=10007"], 2),
+    (["model.sparse_feature_number=1001", "mode.servers=3"], 3),  # one per server at least
+    (["model.sparse_feature_number=100000001"], 1000),
+])
+def test_the_table_is_sharded_by_its_size(overrides: list[str], shards: int) -> None:
+    assert table_shards(load(["mode=ps", *overrides])) == shards
+
+
+def test_a_resumed_job_keeps_its_checkpoints_table_shards(tmp_path) -> None:
+    """Servers load a table only into as many shards as it was saved in: a run saved with
+    fleet's default 1000 shards resumes with 1000; a fresh run uses table_shards."""
+    import json
+
+    from recrunner.fleet.ps import resume_table_shards
+
+    run = tmp_path / "run"
+    cfg = load(["mode=ps", "model.sparse_feature_number=10007", f"runner.output_dir={run}",
+                "runner.resume=true"])
+    assert resume_table_shards(cfg) == 2  # nothing to resume
+    ckpt = run / "checkpoints" / "1"
+    ckpt.mkdir(parents=True)
+    (ckpt / "state.json").write_text(json.dumps({"epoch": 1, "ps_tables": "1.ps"}))
+    tables = run / "checkpoints" / "1.ps" / "000"
+    tables.mkdir(parents=True)
+    for shard in range(1000):
+        (tables / f"part-000-{shard:05d}.gz").touch()
+    assert resume_table_shards(cfg) == 1000
+    fresh = load(["mode=ps", "model.sparse_feature_number=10007", f"runner.output_dir={run}"])
+    assert resume_table_shards(fresh) == 2  # not resuming: the size decides
+
+
+def test_server_0s_rendezvous_ends_when_the_trainers_have_joined(tmp_path, monkeypatch) -> None:
+    """Paddle's check (every 5 s) says 'not yet' while trainers join; ours waits for them."""
+    monkeypatch.chdir(tmp_path)  # the module opens ./http.log
+    from paddle.distributed.fleet.utils import http_server
+
+    from recrunner.fleet.ps import quick_gloo_rendezvous
+
+    quick_gloo_rendezvous()
+    calls = []
+
+    class Store:  # the KV store's count of trainers that finished the rendezvous
+        def get_deleted_size(self, key: str) -> int:
+            calls.append(key)
+            return 2 if len(calls) >= 4 else 0
+
+    server = object.__new__(http_server.KVServer)
+    server.size, server.http_server = {"_worker": 2}, Store()
+    assert server.should_stop() is True
+    assert len(calls) >= 4

@@ -26,8 +26,9 @@ from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.reader import unshard
 from recrunner.fleet.geo import load_geo_copies
-from recrunner.fleet.ps_tables import configure_strategy, trainer_optimizer
+from recrunner.fleet.ps_tables import configure_strategy, table_shards, trainer_optimizer
 from recrunner.fleet.roles import DistError, Role, check_port_free, wait_for_port
+from recrunner.train import checkpoint
 from recrunner.train.build import build_net, model_inputs, table_rows, table_width
 from recrunner.train.checkpoint import MODEL_FILE, Checkpoint
 from recrunner.train.driver import RunDriver
@@ -205,6 +206,7 @@ class PsEngine:
         # the model that is checkpointed and exported, so it is the one evaluated.
         self.copies_differ = cfg.mode.sync_mode == "geo"
         self.resumed_geo = False  # run_ps loaded the checkpoint to resume into the copies
+        self.table_shards = table_shards(cfg)  # the servers' (run_ps: a resumed checkpoint's)
 
     def pull_dense(self) -> None:
         """Refresh this trainer's dense parameters from the servers.
@@ -384,10 +386,16 @@ class PsEngine:
                                 "job")
             self.resumed_geo = False
             return
-        ps_dir = ckpt.path.parent / ckpt.state.get("ps_tables", f"{ckpt.epoch}.ps")
+        ps_dir = ps_tables_dir(ckpt)
         if not ps_dir.is_dir():
             raise DistError(f"checkpoint {ckpt.path} has no parameter-server tables "
                             f"({ps_dir}); it was not written by mode=ps")
+        saved = saved_table_shards(ps_dir)
+        if saved != self.table_shards:
+            # Paddle's load would refuse with a warning only and train from fresh tables.
+            raise DistError(f"checkpoint {ckpt.path} holds its table in {saved} shards and "
+                            f"the servers were set up for {self.table_shards} (from a newer "
+                            "checkpoint); remove the newer checkpoints to resume this one")
         self.fleet.load_model(str(ps_dir), mode=0)  # servers load tables + optimizer states
         self.pull_dense()
 
@@ -405,6 +413,51 @@ class PsEngine:
         return export_dir
 
 
+def ps_tables_dir(ckpt: Checkpoint) -> Path:
+    """The servers' tables saved beside checkpoint `ckpt`."""
+    return ckpt.path.parent / ckpt.state.get("ps_tables", f"{ckpt.epoch}.ps")
+
+
+def saved_table_shards(ps_dir: Path) -> int:
+    """How many shards the servers saved the id table in (<ps_dir>/000/part-<server>-<shard>)."""
+    return len(list((ps_dir / "000").glob("part-*")))
+
+
+def resume_table_shards(cfg: RootConfig) -> int:
+    """The table's shard count: the checkpoint's when resuming one (the servers can load a
+    table only into as many shards as it was saved in; older runs used fleet's 1000)."""
+    if cfg.runner.resume and cfg.mode.sync_mode != "geo":
+        ckpt = checkpoint.latest(cfg.runner.output_dir)
+        if ckpt is not None and ps_tables_dir(ckpt).is_dir():
+            return saved_table_shards(ps_tables_dir(ckpt)) or table_shards(cfg)
+    return table_shards(cfg)
+
+
+def quick_gloo_rendezvous() -> None:
+    """Let server 0's gloo rendezvous end as soon as every trainer has joined.
+
+    fleet.init on server 0 serves the trainers' gloo rendezvous from a child process that
+    checks whether they are done only every 5 s (role_maker's `__start_kv_server`): every PS
+    job waited 5 s to form. The check itself now waits for the trainers, polling every 50 ms,
+    for up to 4.5 s, so the loop around it ends within 5 s as before at the latest.
+    """
+    from paddle.distributed.fleet.utils import http_server
+
+    check = http_server.KVServer.should_stop
+    if getattr(check, "recrun_quick", False):
+        return
+
+    def should_stop(self: Any) -> bool:
+        deadline = time.monotonic() + 4.5
+        while not check(self) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return bool(check(self))
+
+    should_stop.recrun_quick = True  # type: ignore[attr-defined]
+    # Deliberate monkeypatch of a Paddle internal (the child process is forked from this one).
+    http_server.KVServer.should_stop = should_stop  # type: ignore[method-assign]
+
+
 def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     check_sync_mode(cfg)
     from recrunner.fleet.worker import StartupWatchdog, fail_status
@@ -417,6 +470,7 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     timeout = cfg.mode.timeout_s
     if role.is_server:
         check_port_free(role.servers[role.index], f"parameter server {role.index}")
+        quick_gloo_rendezvous()
     else:
         gloo = os.environ.get("PADDLE_GLOO_HTTP_ENDPOINT")
         if gloo and int(os.environ.get("PADDLE_WITH_GLOO", "0")):
@@ -427,7 +481,8 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     fleet.init(fleet.PaddleCloudRoleMaker(is_collective=False))
     graph = build_graph(cfg)
     strategy = fleet.DistributedStrategy()
-    configure_strategy(strategy, cfg, TABLE)
+    shards = resume_table_shards(cfg)
+    configure_strategy(strategy, cfg, TABLE, shards)
     with paddle.static.program_guard(graph.main, graph.startup):
         opt = fleet.distributed_optimizer(trainer_optimizer(paddle, cfg), strategy)
         opt.minimize(graph.loss)
@@ -451,6 +506,7 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     reader = Reader(cfg, group.shard)
     engine = PsEngine(cfg, role, graph, exe, group, reader)
     engine.resumed_geo = resumed_geo
+    engine.table_shards = shards
     if role.index == 0:
         from recrunner.data.prepare import ensure_dataset
 
