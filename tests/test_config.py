@@ -163,3 +163,30 @@ def test_keys_added_this_round_refuse_wrong_values(overrides: list[str], message
     with pytest.raises(RecrunnerError) as err:
         load(overrides)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+DATA = ["dataset.train=/data/t.txt", "dataset.test=/data/e.txt"]
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model=deepfm", "dataset=avazu", *DATA, "logger=mlflow"],
+    ["mode=ps", "mode.sync_mode=geo", "model=dcn_v2"],
+    ["mode=collective", "mode.elastic.max_nodes=2"],
+    ["cluster=k8s", "cluster.image=r/i:1", "runner.output_dir='/tmp/ünï code'",
+     "+cluster.env={A: 'yes', B: '0012', C: 'null'}"],
+])
+def test_the_written_config_loads_back_as_omegaconf_wrote_it(overrides: list[str],
+                                                             tmp_path) -> None:
+    """to_yaml (PyYAML over the dataclasses) holds the data OmegaConf's own writer held, and
+    the run directory's copy loads back to the same config."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from recrunner.config.compose import load_resolved, to_yaml
+
+    cfg = load(overrides)
+    written = to_yaml(cfg)
+    assert yaml.safe_load(written) == yaml.safe_load(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    path = tmp_path / "config.yaml"
+    path.write_text(written)
+    assert load_resolved(path) == cfg
