@@ -129,23 +129,3 @@ def test_a_resumed_job_keeps_its_checkpoints_table_shards(tmp_path) -> None:
     fresh = load(["mode=ps", "model.sparse_feature_number=10007", f"runner.output_dir={run}"])
     assert resume_table_shards(fresh) == 2  # not resuming: the size decides
 
-
-def test_server_0s_rendezvous_ends_when_the_trainers_have_joined(tmp_path, monkeypatch) -> None:
-    """Paddle's check (every 5 s) says 'not yet' while trainers join; ours waits for them."""
-    monkeypatch.chdir(tmp_path)  # the module opens ./http.log
-    from paddle.distributed.fleet.utils import http_server
-
-    from recrunner.fleet.ps import quick_gloo_rendezvous
-
-    quick_gloo_rendezvous()
-    calls = []
-
-    class Store:  # the KV store's count of trainers that finished the rendezvous
-        def get_deleted_size(self, key: str) -> int:
-            calls.append(key)
-            return 2 if len(calls) >= 4 else 0
-
-    server = object.__new__(http_server.KVServer)
-    server.size, server.http_server = {"_worker": 2}, Store()
-    assert server.should_stop() is True
-    assert len(calls) >= 4

@@ -433,31 +433,6 @@ def resume_table_shards(cfg: RootConfig) -> int:
     return table_shards(cfg)
 
 
-def quick_gloo_rendezvous() -> None:
-    """Let server 0's gloo rendezvous end as soon as every trainer has joined.
-
-    fleet.init on server 0 serves the trainers' gloo rendezvous from a child process that
-    checks whether they are done only every 5 s (role_maker's `__start_kv_server`): every PS
-    job waited 5 s to form. The check itself now waits for the trainers, polling every 50 ms,
-    for up to 4.5 s, so the loop around it ends within 5 s as before at the latest.
-    """
-    from paddle.distributed.fleet.utils import http_server
-
-    check = http_server.KVServer.should_stop
-    if getattr(check, "recrun_quick", False):
-        return
-
-    def should_stop(self: Any) -> bool:
-        deadline = time.monotonic() + 4.5
-        while not check(self) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return bool(check(self))
-
-    should_stop.recrun_quick = True  # type: ignore[attr-defined]
-    # Deliberate monkeypatch of a Paddle internal (the child process is forked from this one).
-    http_server.KVServer.should_stop = should_stop  # type: ignore[method-assign]
-
-
 def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     check_sync_mode(cfg)
     from recrunner.fleet.worker import StartupWatchdog, fail_status
@@ -470,7 +445,6 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     timeout = cfg.mode.timeout_s
     if role.is_server:
         check_port_free(role.servers[role.index], f"parameter server {role.index}")
-        quick_gloo_rendezvous()
     else:
         gloo = os.environ.get("PADDLE_GLOO_HTTP_ENDPOINT")
         if gloo and int(os.environ.get("PADDLE_WITH_GLOO", "0")):
