@@ -257,7 +257,9 @@ def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
         stopped_at = progress(a_run)["step"]
         joiner = start(*a_args, "runner.resume=true")
         keys = EtcdKeys(endpoint, launcher_job_id("shared"))
-        wait_for("the second node's heartbeat", lambda: len(keys.live_nodes()) == 2)
+        # proc: a joiner that exits (instead of registering) fails with its own message.
+        wait_for("the second node's heartbeat", lambda: len(keys.live_nodes()) == 2,
+                 proc=joiner)
         assert b.poll() is None and not (b_run / "summary.json").exists()
         assert len(EtcdKeys(endpoint, launcher_job_id("shared2")).live_nodes()) == 2
     finally:
