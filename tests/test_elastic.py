@@ -236,25 +236,29 @@ def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
     a = start(*a_args)
     b = start(*elastic(b_run, f"mode.elastic.etcd={endpoint}", "mode.elastic.job_id=shared2"),
               *data_overrides(small_data))
-    # Job b's trainers are held (SIGSTOP; their launchers go on) from their first steps
-    # until a's new node has registered, so that b is surely running then: Paddle deletes the
-    # keys under /paddle/<a's id> when a node registers, which would be b's too but for the
-    # "~" that ends every id (b's launchers would see their heartbeats vanish and restart).
-    wait_for("job b training on two nodes", lambda: progress(b_run).get("world_size") == 2,
-             proc=b)
-    held = [p for index in nodes(b_run) for p in trainer_pids(b_run, index)]
-    assert len(held) == 2
-    for pid in held:
-        os.kill(pid, signal.SIGSTOP)
+    held: list[int] = []
     try:
-        # Job a's trainer is held too, so that the join lands mid-epoch however slowly the new
-        # node starts; its launcher's SIGTERM (all restart at the new size) waits for the
-        # trainer, which then saves where it stopped.
+        # Job a's trainer is held (SIGSTOP; its launcher goes on) from step 3 of its first
+        # epoch, so that the join lands mid-epoch however long job b takes to form (under load,
+        # a alone once finished both epochs before b trained on two nodes); the launcher's
+        # SIGTERM (all restart at the new size) waits for the trainer, which then saves where
+        # it stopped.
         wait_for("job a training", lambda: progress(a_run).get("step", 0) >= 3, proc=a)
         [trainer] = trainer_pids(a_run, next(iter(nodes(a_run))))
-        held.append(trainer)
         os.kill(trainer, signal.SIGSTOP)
+        held.append(trainer)
         stopped_at = progress(a_run)["step"]
+        # Job b's trainers are held too, from their first steps until a's new node has
+        # registered, so that b is surely running then: Paddle deletes the keys under
+        # /paddle/<a's id> when a node registers, which would be b's too but for the "~" that
+        # ends every id (b's launchers would see their heartbeats vanish and restart).
+        wait_for("job b training on two nodes",
+                 lambda: progress(b_run).get("world_size") == 2, proc=b)
+        b_trainers = [p for index in nodes(b_run) for p in trainer_pids(b_run, index)]
+        assert len(b_trainers) == 2
+        for pid in b_trainers:
+            os.kill(pid, signal.SIGSTOP)
+            held.append(pid)
         joiner = start(*a_args, "runner.resume=true")
         keys = EtcdKeys(endpoint, launcher_job_id("shared"))
         # proc: a joiner that exits (instead of registering) fails with its own message.
