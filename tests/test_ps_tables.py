@@ -126,6 +126,17 @@ def test_a_resumed_job_keeps_its_checkpoints_table_shards(tmp_path) -> None:
     for shard in range(1000):
         (tables / f"part-000-{shard:05d}.gz").touch()
     assert resume_table_shards(cfg) == 1000
+    # Servers set up with another count refuse the checkpoint in one line, naming it.
+    from recrunner.fleet.ps import check_table_shards
+    from recrunner.fleet.roles import DistError
+    from recrunner.train.checkpoint import latest
+
+    ckpt = latest(run)
+    assert ckpt is not None
+    check_table_shards(ckpt, 1000)
+    with pytest.raises(DistError, match=r"holds its table in 1000 shards and the servers were "
+                                        r"set up for 2"):
+        check_table_shards(ckpt, 2)
     fresh = load(["mode=ps", "model.sparse_feature_number=10007", f"runner.output_dir={run}"])
     assert resume_table_shards(fresh) == 2  # not resuming: the size decides
 

@@ -390,12 +390,7 @@ class PsEngine:
         if not ps_dir.is_dir():
             raise DistError(f"checkpoint {ckpt.path} has no parameter-server tables "
                             f"({ps_dir}); it was not written by mode=ps")
-        saved = saved_table_shards(ps_dir)
-        if saved != self.table_shards:
-            # Paddle's load would refuse with a warning only and train from fresh tables.
-            raise DistError(f"checkpoint {ckpt.path} holds its table in {saved} shards and "
-                            f"the servers were set up for {self.table_shards} (from a newer "
-                            "checkpoint); remove the newer checkpoints to resume this one")
+        check_table_shards(ckpt, self.table_shards)
         self.fleet.load_model(str(ps_dir), mode=0)  # servers load tables + optimizer states
         self.pull_dense()
 
@@ -421,6 +416,16 @@ def ps_tables_dir(ckpt: Checkpoint) -> Path:
 def saved_table_shards(ps_dir: Path) -> int:
     """How many shards the servers saved the id table in (<ps_dir>/000/part-<server>-<shard>)."""
     return len(list((ps_dir / "000").glob("part-*")))
+
+
+def check_table_shards(ckpt: Checkpoint, servers_shards: int) -> None:
+    """Refuse to load `ckpt`'s tables into servers set up with another shard count (Paddle's
+    load only warns and leaves them fresh): resume_table_shards read a newer checkpoint's."""
+    saved = saved_table_shards(ps_tables_dir(ckpt))
+    if saved != servers_shards:
+        raise DistError(f"checkpoint {ckpt.path} holds its table in {saved} shards and the "
+                        f"servers were set up for {servers_shards} (from a newer checkpoint); "
+                        "remove the newer checkpoints to resume this one")
 
 
 def resume_table_shards(cfg: RootConfig) -> int:
