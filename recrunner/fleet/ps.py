@@ -178,7 +178,7 @@ class PsEngine:
     steps_visible = False  # the C++ data feed trains a whole epoch per call
 
     def __init__(self, cfg: RootConfig, role: Role, graph: Graph, exe: Any,
-                 group: PsTrainerGroup, reader: Reader) -> None:
+                 group: PsTrainerGroup, reader: Reader, table_shards: int) -> None:
         import paddle
         from paddle.distributed import fleet
 
@@ -206,7 +206,7 @@ class PsEngine:
         # the model that is checkpointed and exported, so it is the one evaluated.
         self.copies_differ = cfg.mode.sync_mode == "geo"
         self.resumed_geo = False  # run_ps loaded the checkpoint to resume into the copies
-        self.table_shards = table_shards(cfg)  # the servers' (run_ps: a resumed checkpoint's)
+        self.table_shards = table_shards  # the servers' (resume_table_shards)
 
     def pull_dense(self) -> None:
         """Refresh this trainer's dense parameters from the servers.
@@ -433,8 +433,9 @@ def resume_table_shards(cfg: RootConfig) -> int:
     table only into as many shards as it was saved in; older runs used fleet's 1000)."""
     if cfg.runner.resume and cfg.mode.sync_mode != "geo":
         ckpt = checkpoint.latest(cfg.runner.output_dir)
-        if ckpt is not None and ps_tables_dir(ckpt).is_dir():
-            return saved_table_shards(ps_tables_dir(ckpt)) or table_shards(cfg)
+        saved = saved_table_shards(ps_tables_dir(ckpt)) if ckpt is not None else 0
+        if saved:
+            return saved
     return table_shards(cfg)
 
 
@@ -483,9 +484,8 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     watchdog.done.set()
     group = PsTrainerGroup(role, Path(cfg.runner.output_dir) / "dist" / "exchange")
     reader = Reader(cfg, group.shard)
-    engine = PsEngine(cfg, role, graph, exe, group, reader)
+    engine = PsEngine(cfg, role, graph, exe, group, reader, shards)
     engine.resumed_geo = resumed_geo
-    engine.table_shards = shards
     if role.index == 0:
         from recrunner.data.prepare import ensure_dataset
 

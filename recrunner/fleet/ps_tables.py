@@ -125,15 +125,14 @@ def install_client_gflags(gflags: str = CLIENT_GFLAGS) -> None:
 COMMUNICATOR_ENV = {"FLAGS_communicator_min_send_grad_num_before_recv": "0"}
 
 
-def configure_strategy(strategy: Any, cfg: RootConfig, table: str,
-                       shards: int | None = None) -> None:
-    """Set up `strategy` (and this process's fleet client) to train as mode=local does;
-    `shards`: the table's shard count when a checkpoint to resume has its own."""
+def configure_strategy(strategy: Any, cfg: RootConfig, table: str, shards: int) -> None:
+    """Set up `strategy` (and this process's fleet client) to train as mode=local does, the
+    table in `shards` (ps.resume_table_shards)."""
     strategy.a_sync = True
     if cfg.mode.sync_mode == "geo":
         strategy.a_sync_configs = {"k_steps": cfg.mode.geo_k_steps}
         return
-    strategy.sparse_table_configs = ps_table_configs(cfg, table, shards or table_shards(cfg))
+    strategy.sparse_table_configs = ps_table_configs(cfg, table, shards)
     install_client_gflags()
     for key, value in COMMUNICATOR_ENV.items():
         os.environ.setdefault(key, value)  # an explicit setting in the environment wins
