@@ -453,11 +453,12 @@ class FakeEngine:
     in_epoch = True
 
 
-def test_mid_epoch_checkpoints_every_seconds_and_on_sigterm(monkeypatch: pytest.MonkeyPatch
-                                                           ) -> None:
+def test_mid_epoch_checkpoints_every_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The period of mid-epoch checkpoints (SIGTERM's: tests/test_elastic_sigterm.py)."""
     from recrunner.config.compose import load
     from recrunner.train import midepoch
     from recrunner.train.midepoch import MidEpoch
+    from recrunner.train.progress import Progress
 
     clock = [1000.0]
     monkeypatch.setattr(midepoch.time, "monotonic", lambda: clock[0])
@@ -466,37 +467,27 @@ def test_mid_epoch_checkpoints_every_seconds_and_on_sigterm(monkeypatch: pytest.
 
     def hook(*overrides: str) -> MidEpoch:
         mid = MidEpoch(load([*elastic_cfg, *overrides]), Path("."), FakeEngine(), True, {})
-        monkeypatch.setattr(mid, "save", lambda progress, step, rows: saved.append(step))
+        def save() -> None:
+            assert mid.pending is not None
+            saved.append(mid.pending[1]["step"])
+
+        monkeypatch.setattr(mid, "save", save)
         return mid
 
     mid = hook("runner.checkpoint_every_seconds=30")
     for step, now in enumerate([1010.0, 1029.0, 1031.0, 1050.0, 1062.0, 1090.0], 1):
         clock[0] = now
-        mid.after_step(None, step, 0)  # type: ignore[arg-type]
+        mid.after_step(Progress(), step, 0)
     assert saved == [3, 5]  # 31 s after the start, 31 s after that save
     # Neither key set: elastic jobs still checkpoint, every midepoch.ELASTIC_EVERY_S.
     saved.clear()
     mid = hook()
     assert mid.enabled and mid.every_s == midepoch.ELASTIC_EVERY_S
     clock[0] += midepoch.ELASTIC_EVERY_S - 1
-    mid.after_step(None, 1, 0)  # type: ignore[arg-type]
+    mid.after_step(Progress(), 1, 0)
     clock[0] += 2
-    mid.after_step(None, 2, 0)  # type: ignore[arg-type]
+    mid.after_step(Progress(), 2, 0)
     assert saved == [2]
-    # SIGTERM mid-epoch: the step in flight ends, is saved, the process exits.
-    exits: list[int] = []
-    monkeypatch.setattr(midepoch.os, "_exit", exits.append)
-    monkeypatch.setattr(midepoch.threading, "Timer", lambda *a: type(
-        "T", (), {"start": lambda self: None})())
-    previous = signal.getsignal(signal.SIGTERM)
-    try:
-        mid.save_on_sigterm()
-        os.kill(os.getpid(), signal.SIGTERM)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    assert mid.terminating.is_set() and not exits
-    mid.after_step(None, 3, 0)  # type: ignore[arg-type]
-    assert saved == [2, 3] and exits == [128 + signal.SIGTERM]
     # Other engines cannot resume within an epoch: none of it applies.
     assert not MidEpoch(load([]), Path("."), object(), True, {}).enabled
 

@@ -72,7 +72,9 @@ class ElasticEngine(DygraphEngine):
             if batch is None:
                 continue  # no good row in the whole batch: no rank steps
             yield batch, share.shared
-        self.skip, self.position, self.in_epoch = 0, 0, False
+        # `position` stays the epoch's step count until the next epoch: a SIGTERM before the
+        # epoch's checkpoint saves the epoch's end (midepoch).
+        self.skip, self.in_epoch = 0, False
 
     def stand_in(self, share: Share) -> Batch | None:
         """A row that adds nothing (scale 0) so that this rank still takes the step the others

@@ -136,6 +136,7 @@ class RunDriver:
                 eval_seconds += time.perf_counter() - start
 
         stats = self.engine.train_epoch(progress.epoch + 1, on_step)
+        self.mid_epoch.epoch_end()
         progress.step = first_step + int(self.group.max(stats.steps))
         # A job-wide count: each process's own rows, the rows all trained together once.
         progress.train_examples += int(round(self.group.sum(stats.examples))) + \

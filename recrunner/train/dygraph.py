@@ -82,7 +82,8 @@ class DygraphEngine:
                 progress.update(len(batch), mean_loss)
                 on_step(stats.steps)
         stats.seconds = time.perf_counter() - start
-        stats.loss = epoch_loss / max(stats.steps, 1)
+        # None: an epoch resumed at its end trains no step (no loss to report).
+        stats.loss = epoch_loss / stats.steps if stats.steps else None
         # This process's rows per epoch: the next epochs' progress total.
         self.expected_examples = stats.examples + stats.shared_examples
         return stats

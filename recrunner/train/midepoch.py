@@ -71,16 +71,23 @@ class MidEpoch:
         self.last_save = time.monotonic()
         self.terminating = threading.Event()
         self.epoch_started = time.perf_counter()
+        # (epoch, checkpoint fields) of the last step not yet in a per-epoch checkpoint.
+        self.pending: tuple[int, dict[str, Any]] | None = None
 
     def save_on_sigterm(self) -> None:
-        """SIGTERM (the launcher restarting every trainer at a new world size): finish the
-        step in flight, save where it ended, exit. Outside an epoch (evaluating, starting),
-        there is nothing newer than the last checkpoint: exit at once."""
+        """SIGTERM (the launcher restarting every trainer at a new world size): save where the
+        job is, exit. Within a step, the step finishes first (after_step saves it); between an
+        epoch's last step and its checkpoint (evaluating, writing it), the weights stand still
+        and are saved at once as the epoch's end; with every step checkpointed (starting,
+        exporting) there is nothing to save."""
         def on_term(signum: int, frame: Any) -> None:
-            if not self.enabled or not getattr(self.engine, "in_epoch", False):
-                os._exit(128 + signum)
-            self.terminating.set()
-            threading.Timer(TERM_GRACE_S, os._exit, (128 + signum,)).start()
+            if self.enabled and getattr(self.engine, "in_epoch", False):
+                self.terminating.set()
+                threading.Timer(TERM_GRACE_S, os._exit, (128 + signum,)).start()
+                return
+            if self.enabled and self.pending is not None:
+                self.save()
+            self.exit_saved(signum)
 
         signal.signal(signal.SIGTERM, on_term)
 
@@ -91,38 +98,55 @@ class MidEpoch:
         """`step`: the job's optimizer steps so far; `rows`: rows trained in this epoch."""
         if not self.enabled:
             return
+        # What a checkpoint of this step holds besides the weights: kept until the epoch's
+        # own checkpoint is written, since `progress` moves on to the next epoch before that.
+        self.pending = (progress.epoch, {
+            **progress.checkpoint_state(), "step": step,
+            "train_examples": progress.train_examples + rows,
+            "train_seconds": progress.train_seconds + time.perf_counter() - self.epoch_started,
+            "fingerprint": self.fingerprint})
         now = time.monotonic()
         due = (self.every_steps and self.engine.position % self.every_steps == 0) or \
             (self.every_s and now - self.last_save >= self.every_s)
         if due or self.terminating.is_set():
-            self.save(progress, step, rows)
+            self.save()
             self.last_save = now
         if self.terminating.is_set():
-            log.info("stopped by SIGTERM after step %d (saved)", step)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(128 + signal.SIGTERM)
+            self.exit_saved(signal.SIGTERM)
 
-    def save(self, progress: Progress, step: int, rows: int) -> None:
-        """The writer saves alone (data-parallel ranks hold identical weights), so a save
-        needs no peer: it works while the others are being stopped."""
-        if not self.is_writer:
+    def epoch_end(self) -> None:
+        """The epoch's steps are done: a SIGTERM that came during its last step saves now."""
+        if self.terminating.is_set():
+            self.save()
+            self.exit_saved(signal.SIGTERM)
+
+    def exit_saved(self, signum: int) -> None:
+        if self.pending is not None:
+            log.info("stopped by SIGTERM after step %d (saved)", self.pending[1]["step"])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    def save(self) -> None:
+        """Checkpoint the last step (`pending`). The writer saves alone (data-parallel ranks
+        hold identical weights), so a save needs no peer: it works while the others are being
+        stopped."""
+        if not self.is_writer or self.pending is None:
             return
-        state = self.engine.state(checkpoint.checkpoint_root(self.out), progress.epoch)
-        fields = {**progress.checkpoint_state(), **state.extra, "step": step,
-                  "train_examples": progress.train_examples + rows,
-                  "train_seconds": progress.train_seconds
-                  + time.perf_counter() - self.epoch_started,
-                  "fingerprint": self.fingerprint}
-        path = checkpoint.save(root(self.out), progress.epoch, state.net, state.optimizer,
-                               fields)
+        epoch, fields = self.pending
+        state = self.engine.state(checkpoint.checkpoint_root(self.out), epoch)
+        # The engine's position, not its epoch checkpoints' 0, even after the epoch's end: a
+        # checkpoint of the epoch's last step resumes to 0 steps, then the evaluation.
+        path = checkpoint.save(root(self.out), epoch, state.net, state.optimizer,
+                               {**state.extra, **fields, "epoch_steps": self.engine.position})
         for old in checkpoint.checkpoint_root(root(self.out)).iterdir():
             if old != path and old.name.isdigit():
                 shutil.rmtree(old, ignore_errors=True)
-        log.info("mid-epoch checkpoint %s (epoch %d, %d steps into it)", path,
-                 progress.epoch + 1, state.extra.get("epoch_steps", 0))
+        log.info("mid-epoch checkpoint %s (epoch %d, %d steps into it)", path, epoch + 1,
+                 self.engine.position)
 
     def clear(self) -> None:
         """A finished epoch's checkpoint supersedes the mid-epoch one."""
+        self.pending = None
         if self.enabled and self.is_writer:
             shutil.rmtree(root(self.out), ignore_errors=True)
