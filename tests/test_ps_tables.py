@@ -61,17 +61,21 @@ def test_server_table_rule_is_local_lazy_adam(local_adam) -> None:
         assert adam.weight_bounds[0] < -1e30 and adam.weight_bounds[1] > 1e30  # no clipping
 
 
-def test_trainer_optimizer_is_local_adam(local_adam) -> None:
+@pytest.mark.parametrize(("overrides", "rate_share"), [
+    (["mode.trainers=1"], 1.0), (["mode.trainers=4"], 0.25),  # async: rate / trainers
+    (["mode.trainers=4", "mode.sync_mode=geo"], 1.0)])  # geo: the trainers' own copies
+def test_trainer_optimizer_is_local_adam(local_adam, overrides: list[str],
+                                         rate_share: float) -> None:
     import paddle
 
-    cfg = load(OVERRIDES)
+    cfg = load([*OVERRIDES, *overrides])
     paddle.enable_static()  # fleet builds it in static mode
     try:
         opt = trainer_optimizer(paddle, cfg)
     finally:
         paddle.disable_static()
     for local in local_adam.values():
-        assert math.isclose(opt.get_lr(), local.get_lr())
+        assert math.isclose(opt.get_lr(), local.get_lr() * rate_share)
         assert (opt._beta1, opt._beta2, opt._epsilon) == (local._beta1, local._beta2,
                                                           local._epsilon)
     assert opt._lazy_mode  # geo trainers update only the rows a batch touched, as local

@@ -67,12 +67,28 @@ def ps_table_configs(cfg: RootConfig, table: str, shards: int) -> dict[str, dict
     return {table: conf}
 
 
+def dense_rate(cfg: RootConfig) -> float:
+    """The dense parameters' Adam rate. async: runner.learning_rate / mode.trainers on the
+    servers. Each trainer computes its gradient on dense parameters that the other trainers'
+    pushes (about trainers - 1 of them, all from the same stale values) have moved since its
+    pull; Adam steps each push by about the rate whatever the gradient's size, so those
+    pushes overshoot together and the model oscillates. Dividing the rate by the trainers
+    (the usual staleness-aware rule) measured, 200k rows, one epoch (local 0.8260): 4 trainers
+    0.711-0.809 in 5 runs -> 0.8105-0.8155 in 4; 2 trainers 0.8143-0.8147 -> 0.8188-0.8190
+    (docs/distributed.md). The table's rate stays (ps_table_configs): most rows are pushed by
+    one trainer at a time, and a lower table rate measured worse (4 trainers, x1 instead of
+    FIRST_TOUCH_SCALE: 0.8043-0.8096). geo: the trainers' own copies, at local's rate."""
+    if cfg.mode.sync_mode == "geo":
+        return cfg.runner.learning_rate
+    return cfg.runner.learning_rate / cfg.mode.trainers
+
+
 def trainer_optimizer(paddle: Any, cfg: RootConfig) -> Any:
     """The optimizer fleet distributes. async: the servers' dense table takes its rate (C++
     DAdam has mode=local's betas and epsilon built in); geo: trainers run it on their own
     copies, lazily on the table's rows as mode=local (a plain Adam would update all 1M rows
     every step)."""
-    return paddle.optimizer.Adam(learning_rate=cfg.runner.learning_rate, beta1=optim.BETA1,
+    return paddle.optimizer.Adam(learning_rate=dense_rate(cfg), beta1=optim.BETA1,
                                  beta2=optim.BETA2, epsilon=optim.EPSILON, lazy_mode=True)
 
 
