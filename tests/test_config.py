@@ -190,3 +190,48 @@ def test_the_written_config_loads_back_as_omegaconf_wrote_it(overrides: list[str
     path = tmp_path / "config.yaml"
     path.write_text(written)
     assert load_resolved(path) == cfg
+
+
+# Runs `recrun` counting Hydra's compositions of the config (each costs 0.4-0.8 s).
+COUNT_COMPOSES = """
+import sys
+from hydra._internal import hydra
+compose, count = hydra.Hydra.compose_config, []
+def counted(self, *args, **kwargs):
+    count.append(1)
+    return compose(self, *args, **kwargs)
+hydra.Hydra.compose_config = counted
+from recrunner.cli import run_command
+code = run_command(sys.argv[1], sys.argv[2:])
+print("composed", len(count), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_a_run_composes_its_config_once_and_writes_what_hydra_main_writes(tmp_path,
+                                                                         small_synth) -> None:
+    """A plain run is checked and run on one composition, through Hydra's own job runner;
+    with a Hydra flag (`-cn config`: the same config) it goes through hydra.main, which
+    composes it twice more after the checks. Both write the same run directory records."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    runs = {}
+    for name, flags in (("once", []), ("main", ["-cn", "config"])):
+        out = tmp_path / name
+        proc = subprocess.run(
+            [sys.executable, "-c", COUNT_COMPOSES, "train", *flags, *SMALL_MODEL,
+             *data_overrides(small_synth), "runner.epochs=1", f"runner.output_dir={out}"],
+            cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs[name] = out, proc.stderr
+    composed = {n: int(re.findall(r"composed (\d+)", runs[n][1])[-1]) for n in runs}
+    assert composed["once"] == 1 and composed["main"] >= 2, composed
+    for record in ("config.yaml", "hydra.yaml", "overrides.yaml"):
+        once, main = ((runs[n][0] / ".hydra" / record).read_text().replace(str(runs[n][0]), "OUT")
+                      for n in ("once", "main"))
+        assert once == main, record
+    logs = [json.loads((runs[n][0] / "summary.json").read_text())["auc"] for n in runs]
+    assert logs[0] == logs[1]  # the same run

@@ -1,5 +1,6 @@
 """Compose the typed config from conf/ plus command-line overrides (Hydra syntax)."""
 
+import copy
 import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -10,7 +11,7 @@ from typing import Any, cast
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from recrunner import CONF_DIR
 from recrunner.config.schema import RootConfig, register_configs
@@ -51,13 +52,29 @@ def hydra_context() -> Iterator[None]:
 
 
 def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
+    return compose_with_loader(overrides)[0]
+
+
+def compose_with_loader(overrides: Sequence[str] = (), hydra_node: bool = False
+                        ) -> tuple[DictConfig, Any]:
+    """The composed config (with Hydra's own `hydra` node when asked: what a Hydra job runs
+    with) and the config loader that composed it. Bad overrides fail in one line."""
     overrides = normalize_overrides(overrides)
     try:
         with hydra_context():
-            return compose("config", overrides=list(overrides))
+            cfg = compose("config", overrides=list(overrides), return_hydra_config=hydra_node)
+            return cfg, GlobalHydra.instance().config_loader()
     except Exception as exc:  # Hydra raises several unrelated types for bad overrides
         raise RecrunnerError(f"config error: {one_line(exc)}{group_choices(exc)}"
                              f"{unchosen_section(exc, overrides)}") from exc
+
+
+def without_hydra_node(cfg: DictConfig) -> DictConfig:
+    """A job's config as Hydra hands it to the task: without the `hydra` node."""
+    job = copy.deepcopy(cfg)
+    with read_write(job), open_dict(job):
+        del job["hydra"]
+    return job
 
 
 def unchosen_section(exc: Exception, overrides: Sequence[str]) -> str:
