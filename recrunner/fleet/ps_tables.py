@@ -74,7 +74,7 @@ def dense_rate(cfg: RootConfig) -> float:
     pull; Adam steps each push by about the rate whatever the gradient's size, so those
     pushes overshoot together and the model oscillates. Dividing the rate by the trainers
     (the usual staleness-aware rule) measured, 200k rows, one epoch (local 0.8260): 4 trainers
-    0.711-0.809 in 5 runs -> 0.8105-0.8155 in 4; 2 trainers 0.8143-0.8147 -> 0.8188-0.8190
+    0.711-0.809 in 5 runs -> 0.806-0.8155 in 7; 2 trainers 0.8143-0.8147 -> 0.8178-0.8190
     (docs/distributed.md). The table's rate stays (ps_table_configs): most rows are pushed by
     one trainer at a time, and a lower table rate measured worse (4 trainers, x1 instead of
     FIRST_TOUCH_SCALE: 0.8043-0.8096). geo: the trainers' own copies, at local's rate."""
