@@ -118,9 +118,16 @@ def test_a_rank_whose_share_is_all_bad_rows_steps_on_a_zero_weight_row(
     run = Reader(cfg, Shard())
     first, second = list(run.shares(str(data), 4, 2, 0))
     assert len(first.batch) == 0 and len(second.batch) == 0
-    engine = SimpleNamespace(cfg=cfg, stream=run, scale=1.0)
-    stand_in = ElasticEngine.stand_in(engine, first)  # type: ignore[arg-type]
-    assert stand_in is not None and engine.scale == 0.0
     whole = Reader(cfg, Shard()).batches(str(data), 4)
-    assert same(stand_in, next(whole).take(slice(0, 1)))  # row 2, the first good one
-    assert ElasticEngine.stand_in(engine, second) is None  # type: ignore[arg-type]
+    assert first.stand_in is not None  # row 2, the first good one
+    assert same(first.stand_in, next(whole).take(slice(0, 1)))
+    assert second.stand_in is None  # rows 4-7 all bad
+    # The engine steps on the stand-in at weight 0, and skips the batch with no good row.
+    engine = SimpleNamespace(cfg=cfg, stream=SimpleNamespace(shares=lambda *a: iter(
+        [first, second])), skip=0, scale=1.0, group=SimpleNamespace(world=2, rank=0))
+    steps = [(batch, engine.scale) for batch, _ in
+             ElasticEngine.train_batches(engine)]  # type: ignore[arg-type]
+    assert len(steps) == 1 and same(steps[0][0], first.stand_in) and steps[0][1] == 0.0
+    # Bad rows are reported once, by the rank whose share they are: this rank's rows 0, 1,
+    # 4, 5, not again by the stand-in's parse of the whole batch.
+    assert run.errors.count == 4

@@ -30,6 +30,8 @@ class RowErrors:
         with self._lock:
             self.count += 1
             count = self.count
+        if self.max_logged < 0:  # silent: the rows are reported where they belong
+            return
         if count <= self.max_logged:
             log.warning("skipping malformed row at %s", where)
         elif count == self.max_logged + 1:

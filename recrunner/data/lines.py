@@ -79,20 +79,36 @@ def _rows(fmt: RowFormat, path: str, first_line: int, block: bytes) -> Lines:
 @dataclass
 class Share:
     """This rank's part of global batch `step`: `batch` (parsed) stands for `rows` of the
-    batch's `total` rows; shared: the batch had fewer rows than ranks, every rank trains all."""
+    batch's `total` rows; shared: the batch had fewer rows than ranks, every rank trains all.
+    stand_in: when every row of the share is bad (dataset.on_error=skip), the whole batch's
+    first good row (None: it has none), for the rank to step on at weight 0."""
 
     step: int
     batch: Batch
     rows: int
     total: int
     shared: bool
+    stand_in: Batch | None = None
 
     @property
     def nbytes(self) -> int:
-        return self.batch.nbytes
+        return self.batch.nbytes + (self.stand_in.nbytes if self.stand_in is not None else 0)
 
     def copy(self) -> "Share":
-        return Share(self.step, self.batch.copy(), self.rows, self.total, self.shared)
+        return Share(self.step, self.batch.copy(), self.rows, self.total, self.shared,
+                     None if self.stand_in is None else self.stand_in.copy())
+
+
+def _first_good_row(parts: list[Lines]) -> Batch | None:
+    """The first row of a global batch that parses (its bad rows are reported by the ranks
+    whose share they are); parsed here, while the batch's bytes are at hand, so a share of bad
+    rows costs one batch's parsing, not a re-read of the file up to it."""
+    quiet = RowErrors("skip", max_logged=-1)
+    for part in parts:
+        batch = part.parse(quiet)
+        if len(batch):
+            return batch.take(slice(0, 1))
+    return None
 
 
 def _slice(parts: list[Lines], start: int, stop: int) -> list[Lines]:
@@ -114,7 +130,8 @@ def _share(parts: list[Lines], step: int, total: int, world: int, rank: int,
     mine = _slice(parts, lo, hi)
     batch = Batch.concat([part.parse(errors) for part in mine]) if mine else \
         Batch.empty(schema.num_dense, schema.sparse_width)
-    return Share(step, batch, hi - lo, total, shared)
+    stand_in = None if len(batch) else _first_good_row(parts)
+    return Share(step, batch, hi - lo, total, shared, stand_in)
 
 
 def _full_steps(rows: Lines, first: int, steps: range, step0: int, size: int, cut: list[int],
@@ -133,7 +150,9 @@ def _full_steps(rows: Lines, first: int, steps: range, step0: int, size: int, cu
         parsed = [mine.take(slice(j * per, (j + 1) * per)).parse(errors)
                   for j in range(len(steps))]
     for step, batch in zip(steps, parsed, strict=True):
-        yield Share(step0 + step, batch, per, size, shared)
+        stand_in = None if len(batch) else \
+            _first_good_row([rows.take(slice(first + step * size, first + (step + 1) * size))])
+        yield Share(step0 + step, batch, per, size, shared, stand_in)
 
 
 def shares(cfg: DatasetConfig, spec: str, schema: Schema, errors: RowErrors, size: int,

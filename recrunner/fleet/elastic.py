@@ -23,8 +23,6 @@ from typing import Any
 from recrunner import atomic
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
-from recrunner.data.errors import RowErrors
-from recrunner.data.lines import Share, shares
 from recrunner.data.reader import Shard
 from recrunner.fleet.roles import Role
 from recrunner.train import checkpoint, midepoch
@@ -67,26 +65,17 @@ class ElasticEngine(DygraphEngine):
             # loss = sum of my rows' losses * world / total: DataParallel's mean over ranks
             # of these is the global batch's mean loss (shared: every rank's is the same).
             self.scale = 1.0 if share.shared else world * share.rows / share.total
-            # Every row of my share bad (on_error=skip): a stand-in row.
-            batch = share.batch if len(share.batch) else self.stand_in(share)
-            if batch is None:
-                continue  # no good row in the whole batch: no rank steps
+            batch = share.batch
+            if not len(batch):
+                # Every row of my share bad (on_error=skip): the batch's first good row adds
+                # nothing (scale 0), so that this rank still takes the step the others take.
+                if share.stand_in is None:
+                    continue  # no good row in the whole batch: no rank steps
+                batch, self.scale = share.stand_in, 0.0
             yield batch, share.shared
         # `position` stays the epoch's step count until the next epoch: a SIGTERM before the
         # epoch's checkpoint saves the epoch's end (midepoch).
         self.skip, self.in_epoch = 0, False
-
-    def stand_in(self, share: Share) -> Batch | None:
-        """A row that adds nothing (scale 0) so that this rank still takes the step the others
-        take: the first good row of the whole global batch, parsed again (rare: a share of bad
-        rows only); None when the batch has none, which every rank finds alike."""
-        whole = next(shares(self.cfg.dataset, self.cfg.dataset.train, self.stream.schema,
-                            RowErrors("skip"), self.cfg.runner.batch_size, 1, 0, share.step),
-                     None)
-        if whole is None or not len(whole.batch):
-            return None
-        self.scale = 0.0
-        return whole.batch.take(slice(0, 1))
 
     def train_step(self, batch: Batch) -> float:
         import paddle.nn.functional as F
