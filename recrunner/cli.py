@@ -136,9 +136,15 @@ def run_once(task: Callable[[DictConfig], Any], overrides: list[str],
     check(to_typed(without_hydra_node(cfg)))
     callbacks = Callbacks(cfg)
     callbacks.on_run_start(config=cfg, config_name="config")
-    ret = run_job(task_function=task, config=cfg, job_dir_key="hydra.run.dir",
-                  job_subdir_key=None,
-                  hydra_context=HydraContext(config_loader=loader, callbacks=callbacks))
+    try:
+        ret = run_job(task_function=task, config=cfg, job_dir_key="hydra.run.dir",
+                      job_subdir_key=None,
+                      hydra_context=HydraContext(config_loader=loader, callbacks=callbacks))
+    except OSError as exc:  # the run directory, its .hydra/ files or its log (the task's own
+        # errors are in `ret`)
+        where = exc.filename or cfg.hydra.run.dir
+        raise RecrunnerError(f"runner.output_dir: cannot write {where}: "
+                             f"{exc.strerror or exc}") from None
     callbacks.on_run_end(config=cfg, config_name="config", job_return=ret)
     ret.return_value  # noqa: B018 - raises what the task raised, as hydra.main does
 

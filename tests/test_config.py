@@ -235,3 +235,15 @@ def test_a_run_composes_its_config_once_and_writes_what_hydra_main_writes(tmp_pa
         assert once == main, record
     logs = [json.loads((runs[n][0] / "summary.json").read_text())["auc"] for n in runs]
     assert logs[0] == logs[1]  # the same run
+
+
+def test_a_run_directory_that_cannot_be_written_is_a_one_line_error(tmp_path,
+                                                                    small_synth) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    proc = recrun("train", *SMALL_MODEL, *data_overrides(small_synth),
+                  f"runner.output_dir={blocker}/run")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == (f"recrun train: error: runner.output_dir: cannot write "
+                                   f"{blocker}/run: Not a directory")
+    assert blocker.read_text() == "not a directory"
