@@ -234,8 +234,9 @@ def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
                        "mode.elastic.job_id=shared", "runner.epochs=2"),
               *data_overrides(synth_data)]
     a = start(*a_args)
-    b = start(*elastic(b_run, f"mode.elastic.etcd={endpoint}", "mode.elastic.job_id=shared2"),
-              *data_overrides(small_data))
+    # Two epochs: b must still be training when the test holds its trainers.
+    b = start(*elastic(b_run, f"mode.elastic.etcd={endpoint}", "mode.elastic.job_id=shared2",
+                       "runner.epochs=2"), *data_overrides(small_data))
     held: list[int] = []
     try:
         # Job a's trainer is held (SIGSTOP; its launcher goes on) from step 3 of its first
@@ -252,10 +253,17 @@ def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
         # registered, so that b is surely running then: Paddle deletes the keys under
         # /paddle/<a's id> when a node registers, which would be b's too but for the "~" that
         # ends every id (b's launchers would see their heartbeats vanish and restart).
-        wait_for("job b training on two nodes",
-                 lambda: progress(b_run).get("world_size") == 2, proc=b)
-        b_trainers = [p for index in nodes(b_run) for p in trainer_pids(b_run, index)]
-        assert len(b_trainers) == 2
+        def b_trainers_at_two() -> list[int]:
+            """b's two trainers once it trains at world size 2 (none while it restarts)."""
+            if progress(b_run).get("world_size") != 2:
+                return []
+            try:
+                pids = [p for index in nodes(b_run) for p in trainer_pids(b_run, index)]
+            except (OSError, KeyError):  # a process gone or a node not recorded yet
+                return []
+            return pids if len(pids) == 2 else []
+
+        b_trainers = wait_for("job b training on two nodes", b_trainers_at_two, proc=b)
         for pid in b_trainers:
             os.kill(pid, signal.SIGSTOP)
             held.append(pid)
@@ -290,7 +298,7 @@ def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
     # under load joined before b's trainers were held, at most once).
     assert b_summary["world_size"] == 2 and len(b_summary["restarts"]) <= 1
     assert all(e["reason"] == "a node joined" for e in b_summary["restarts"])
-    assert b_summary["steps"] == 24 and b_summary["train_examples"] == 6_000
+    assert b_summary["steps"] == 2 * 24 and b_summary["train_examples"] == 2 * 6_000
 
 
 @needs_etcd
