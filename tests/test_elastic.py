@@ -480,6 +480,7 @@ def test_mid_epoch_checkpoints_every_seconds(monkeypatch: pytest.MonkeyPatch) ->
             saved.append(mid.pending[1]["step"])
 
         monkeypatch.setattr(mid, "save", save)
+        mid.epoch_start(Progress())
         return mid
 
     mid = hook("runner.checkpoint_every_seconds=30")

@@ -124,7 +124,7 @@ class RunDriver:
         first_step = progress.step
         eval_seconds = 0.0
 
-        self.mid_epoch.epoch_start()
+        self.mid_epoch.epoch_start(progress)
 
         def on_step(step: int) -> None:
             nonlocal eval_seconds

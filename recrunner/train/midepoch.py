@@ -71,8 +71,11 @@ class MidEpoch:
         self.last_save = time.monotonic()
         self.terminating = threading.Event()
         self.epoch_started = time.perf_counter()
-        # (epoch, checkpoint fields) of the last step not yet in a per-epoch checkpoint.
-        self.pending: tuple[int, dict[str, Any]] | None = None
+        # The epoch's progress as of its start (it moves on only once the epoch is done), and
+        # (step, rows, time) of its last step not yet in a per-epoch checkpoint: what a
+        # checkpoint of that step holds besides the weights, recorded cheaply every step.
+        self.epoch_base: tuple[int, dict[str, Any]] = (0, Progress().checkpoint_state())
+        self.last_step: tuple[int, int, float] | None = None
 
     def save_on_sigterm(self) -> None:
         """SIGTERM (the launcher restarting every trainer at a new world size): save where the
@@ -85,26 +88,34 @@ class MidEpoch:
                 self.terminating.set()
                 threading.Timer(TERM_GRACE_S, os._exit, (128 + signum,)).start()
                 return
-            if self.enabled and self.pending is not None:
+            if self.enabled and self.last_step is not None:
                 self.save()
             self.exit_saved(signum)
 
         signal.signal(signal.SIGTERM, on_term)
 
-    def epoch_start(self) -> None:
+    def epoch_start(self, progress: Progress) -> None:
         self.epoch_started = time.perf_counter()
+        self.epoch_base = (progress.epoch, progress.checkpoint_state())
+
+    @property
+    def pending(self) -> tuple[int, dict[str, Any]] | None:
+        """(epoch, checkpoint fields) of the last step not yet in a per-epoch checkpoint."""
+        if self.last_step is None:
+            return None
+        step, rows, at = self.last_step
+        epoch, base = self.epoch_base
+        return epoch, {**base, "step": step,
+                       "train_examples": base["train_examples"] + rows,
+                       "train_seconds": base["train_seconds"] + at - self.epoch_started,
+                       "fingerprint": self.fingerprint}
 
     def after_step(self, progress: Progress, step: int, rows: int) -> None:
-        """`step`: the job's optimizer steps so far; `rows`: rows trained in this epoch."""
+        """`step`: the job's optimizer steps so far; `rows`: rows trained in this epoch
+        (`progress` is the epoch's start's until the epoch ends: epoch_start took it)."""
         if not self.enabled:
             return
-        # What a checkpoint of this step holds besides the weights: kept until the epoch's
-        # own checkpoint is written, since `progress` moves on to the next epoch before that.
-        self.pending = (progress.epoch, {
-            **progress.checkpoint_state(), "step": step,
-            "train_examples": progress.train_examples + rows,
-            "train_seconds": progress.train_seconds + time.perf_counter() - self.epoch_started,
-            "fingerprint": self.fingerprint})
+        self.last_step = (step, rows, time.perf_counter())
         now = time.monotonic()
         due = (self.every_steps and self.engine.position % self.every_steps == 0) or \
             (self.every_s and now - self.last_save >= self.every_s)
@@ -121,8 +132,8 @@ class MidEpoch:
             self.exit_saved(signal.SIGTERM)
 
     def exit_saved(self, signum: int) -> None:
-        if self.pending is not None:
-            log.info("stopped by SIGTERM after step %d (saved)", self.pending[1]["step"])
+        if self.last_step is not None:
+            log.info("stopped by SIGTERM after step %d (saved)", self.last_step[0])
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(128 + signum)
@@ -131,9 +142,10 @@ class MidEpoch:
         """Checkpoint the last step (`pending`). The writer saves alone (data-parallel ranks
         hold identical weights), so a save needs no peer: it works while the others are being
         stopped."""
-        if not self.is_writer or self.pending is None:
+        pending = self.pending
+        if not self.is_writer or pending is None:
             return
-        epoch, fields = self.pending
+        epoch, fields = pending
         state = self.engine.state(checkpoint.checkpoint_root(self.out), epoch)
         # The engine's position, not its epoch checkpoints' 0, even after the epoch's end: a
         # checkpoint of the epoch's last step resumes to 0 steps, then the evaluation.
@@ -147,6 +159,6 @@ class MidEpoch:
 
     def clear(self) -> None:
         """A finished epoch's checkpoint supersedes the mid-epoch one."""
-        self.pending = None
+        self.last_step = None
         if self.enabled and self.is_writer:
             shutil.rmtree(root(self.out), ignore_errors=True)
