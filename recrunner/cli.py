@@ -120,8 +120,8 @@ def print_command_help(name: str, module: ModuleType, parser: argparse.ArgumentP
           " hydra/sweeper=optuna: a search), --hydra-help")
 
 
-def run_once(task: Callable[[DictConfig], Any], overrides: list[str],
-             check: Callable[[RootConfig], None]) -> None:
+def run_once(task: Callable[[DictConfig, RootConfig | None], Any], overrides: list[str],
+             check: Callable[[RootConfig], RootConfig]) -> None:
     """One job through Hydra's own job runner (run directory, .hydra/ files, job logging,
     HydraConfig) on a config composed once, checked before the run directory exists.
     hydra.main composes it twice more after the checks: 0.4-0.8 s each."""
@@ -135,11 +135,12 @@ def run_once(task: Callable[[DictConfig], Any], overrides: list[str],
 
     # hydra.mode=RUN: the override hydra.main adds (so .hydra/hydra.yaml is the same).
     cfg, loader = compose_with_loader([*overrides, "hydra.mode=RUN"], hydra_node=True)
-    check(to_typed(without_hydra_node(cfg)))
+    typed = check(to_typed(without_hydra_node(cfg)))
     callbacks = Callbacks(cfg)
     callbacks.on_run_start(config=cfg, config_name="config")
     try:
-        ret = run_job(task_function=task, config=cfg, job_dir_key="hydra.run.dir",
+        ret = run_job(task_function=lambda job: task(job, typed), config=cfg,
+                      job_dir_key="hydra.run.dir",
                       job_subdir_key=None,
                       hydra_context=HydraContext(config_loader=loader, callbacks=callbacks))
     except OSError as exc:  # the run directory, its .hydra/ files or its log (the task's own
@@ -191,7 +192,6 @@ def run_command(name: str, argv: Sequence[str]) -> int:
 
     if flags and (HYDRA_REPORT_FLAGS | {"-m", "--multirun"}).isdisjoint(flags):
         check(load(overrides))  # hydra.main composes it again: only with Hydra's flags
-    checked: list[RootConfig] = []  # the single run's config, typed and checked once
 
     import hydra
 
@@ -199,13 +199,13 @@ def run_command(name: str, argv: Sequence[str]) -> int:
 
     codes: list[int] = []
 
-    def task(dcfg: DictConfig) -> float | None:
+    def task(dcfg: DictConfig, typed: RootConfig | None = None) -> float | None:
         """One job; returns the command's objective (train: the export's test AUC) for the
         sweepers, None when the job failed: the optuna sweeper records a failed trial (NaN
         would crash hydra-optuna-sweeper 1.3 on optuna 2.10)."""
         cfg = None
         try:
-            cfg = checked.pop() if checked else to_typed(dcfg)
+            cfg = typed or to_typed(dcfg)  # typed: run_once's, checked already
             if cmd.writes_run_dir:
                 from hydra.core.hydra_config import HydraConfig
 
@@ -227,7 +227,7 @@ def run_command(name: str, argv: Sequence[str]) -> int:
                        "hydra.job_logging.handlers.console.stream=ext://sys.stderr",
                        "hydra/hydra_logging=none"]
     if not flags:
-        run_once(task, [*hydra_args, *overrides], lambda cfg: checked.append(check(cfg)))
+        run_once(task, [*hydra_args, *overrides], check)
         return max(codes, default=0)
     from recrunner.config.schema import register_configs
 
