@@ -2,17 +2,24 @@
 trainer's training window, to see how much a PS configuration varies between runs.
 
     python benchmarks/bench_geo_swing.py [--rows 200000] [--runs 3] [--trainers 4]
-        [--sync-mode geo] [--extra mode.geo_k_steps=10 ...]
+        [--sync-mode geo] [--extra mode.geo_k_steps=10 ...] [--pace ROWS_PER_S] [--local]
 
 Each trainer logs `epoch N: trained R rows in S s (wall clock T0-T1)` (recrunner/fleet/ps.py);
 the start skew is the spread of the T0s, the end skew that of the T1s. Data as
 bench_modes.py (generate(…, 7, 0/1)), Wide & Deep, 1,000,001-row table, batch 512, 1 epoch.
+
+`--pace R` feeds each trainer at most R rows a second, so that the job's processes mostly do
+not run at the same time: what the shared cores cost, without a machine with a core per
+process. The trainers' C++ data feed reads each file through `cat FILE | cat`; the benchmark
+puts a `cat` first on the job's PATH that, when it reads its standard input, passes it on at
+that pace (recrunner itself is not changed). `--local` trains mode=local on the same rows first.
 """
 
 import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,6 +39,34 @@ def windows(run: Path) -> list[tuple[int, float, float]]:
     return out
 
 
+# Passes stdin to stdout at sys.argv[1] lines a second (a MultiSlot line is one row).
+PACER = """import sys, time
+rate, start, n = float(sys.argv[1]), time.perf_counter(), 0
+for line in sys.stdin:
+    sys.stdout.write(line)
+    n += 1
+    if n % 64 == 0:
+        sys.stdout.flush()
+        ahead = n / rate - (time.perf_counter() - start)
+        if ahead > 0:
+            time.sleep(ahead)
+sys.stdout.flush()
+"""
+
+
+def paced_path(root: Path, rows_per_s: float) -> str:
+    """A PATH whose `cat` paces its standard input (file arguments go to the real cat)."""
+    real = shutil.which("cat")
+    bin_dir = root / "paced-bin"
+    bin_dir.mkdir()
+    (bin_dir / "pace.py").write_text(PACER)
+    shim = bin_dir / "cat"
+    shim.write_text(f'#!/bin/sh\n[ $# -gt 0 ] && exec {real} "$@"\n'
+                    f'exec {sys.executable} {bin_dir / "pace.py"} {rows_per_s}\n')
+    shim.chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=200_000)
@@ -39,6 +74,9 @@ def main() -> None:
     parser.add_argument("--trainers", type=int, default=4)
     parser.add_argument("--sync-mode", default="geo")
     parser.add_argument("--extra", nargs="*", default=["mode.geo_k_steps=10"])
+    parser.add_argument("--pace", type=float, default=0.0,
+                        help="rows a second per trainer (0: as fast as it goes)")
+    parser.add_argument("--local", action="store_true", help="train mode=local first")
     args = parser.parse_args()
     from recrunner.data.synth import generate
 
@@ -47,7 +85,18 @@ def main() -> None:
         train, test = str(root / "train.tsv"), str(root / "test.tsv")
         generate(train, args.rows, 7, 0)
         generate(test, args.rows // 4, 7, 1)
-        print(f"{args.rows} rows, {args.trainers} trainers, {args.sync_mode}, {args.extra}")
+        data = ["model.sparse_feature_number=1000001", "runner.batch_size=512", "runner.epochs=1",
+                "runner.progress=false", f"dataset.train={train}", f"dataset.test={test}"]
+        if args.local:
+            out = root / "local"
+            subprocess.run([sys.executable, "-m", "recrunner", "train", "mode=local", *data,
+                            f"runner.output_dir={out}"], capture_output=True, check=True)
+            print(f"mode=local: AUC {json.loads((out / 'summary.json').read_text())['auc']:.4f}")
+        env = dict(os.environ)
+        if args.pace:
+            env["PATH"] = paced_path(root, args.pace)
+        pace = f", paced to {args.pace:g} rows/s per trainer" if args.pace else ""
+        print(f"{args.rows} rows, {args.trainers} trainers, {args.sync_mode}, {args.extra}{pace}")
         print(f"{'run':>3}{'AUC':>8}{'load':>7}{'wall s':>9}{'start skew':>12}"
               f"{'end skew':>10}  rows per trainer")
         for i in range(args.runs):
@@ -57,10 +106,8 @@ def main() -> None:
             proc = subprocess.run(
                 [sys.executable, "-m", "recrunner", "train", "mode=ps", "mode.servers=1",
                  f"mode.trainers={args.trainers}", f"mode.sync_mode={args.sync_mode}",
-                 *args.extra, f"dataset.train={train}", f"dataset.test={test}",
-                 "model.sparse_feature_number=1000001", "runner.batch_size=512",
-                 "runner.epochs=1", "runner.progress=false", f"runner.output_dir={out}"],
-                capture_output=True, text=True, timeout=3600)
+                 *args.extra, *data, f"runner.output_dir={out}"],
+                capture_output=True, text=True, timeout=3600, env=env)
             if proc.returncode != 0:
                 raise SystemExit(proc.stderr.strip()[-2000:])
             auc = json.loads((out / "summary.json").read_text())["auc"]
