@@ -78,6 +78,8 @@ def main() -> None:
                         help="rows a second per trainer (0: as fast as it goes)")
     parser.add_argument("--local", action="store_true", help="train mode=local first")
     args = parser.parse_args()
+    if args.pace < 0:
+        parser.error(f"--pace {args.pace:g}: rows a second must be positive (0: not paced)")
     from recrunner.data.synth import generate
 
     with tempfile.TemporaryDirectory() as tmp:
