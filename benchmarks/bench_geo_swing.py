@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -61,10 +62,21 @@ def paced_path(root: Path, rows_per_s: float) -> str:
     bin_dir.mkdir()
     (bin_dir / "pace.py").write_text(PACER)
     shim = bin_dir / "cat"
-    shim.write_text(f'#!/bin/sh\n[ $# -gt 0 ] && exec {real} "$@"\n'
-                    f'exec {sys.executable} {bin_dir / "pace.py"} {rows_per_s}\n')
+    pacer = shlex.join([sys.executable, str(bin_dir / "pace.py"), str(rows_per_s)])
+    shim.write_text(f'#!/bin/sh\n[ $# -gt 0 ] && exec {shlex.quote(str(real))} "$@"\n'
+                    f"exec {pacer}\n")
     shim.chmod(0o755)
     return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def train(overrides: list[str], out: Path, env: dict[str, str] | None = None) -> float:
+    """`recrun train` into `out`; its test AUC (a failed run ends the benchmark)."""
+    proc = subprocess.run([sys.executable, "-m", "recrunner", "train", *overrides,
+                           f"runner.output_dir={out}"],
+                          capture_output=True, text=True, timeout=3600, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr.strip()[-2000:])
+    return float(json.loads((out / "summary.json").read_text())["auc"])
 
 
 def main() -> None:
@@ -79,21 +91,18 @@ def main() -> None:
     parser.add_argument("--local", action="store_true", help="train mode=local first")
     args = parser.parse_args()
     if args.pace < 0:
-        parser.error(f"--pace {args.pace:g}: rows a second must be positive (0: not paced)")
+        parser.error(f"--pace {args.pace:g}: rows a second cannot be negative (0: not paced)")
     from recrunner.data.synth import generate
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        train, test = str(root / "train.tsv"), str(root / "test.tsv")
-        generate(train, args.rows, 7, 0)
-        generate(test, args.rows // 4, 7, 1)
+        train_file, test_file = str(root / "train.tsv"), str(root / "test.tsv")
+        generate(train_file, args.rows, 7, 0)
+        generate(test_file, args.rows // 4, 7, 1)
         data = ["model.sparse_feature_number=1000001", "runner.batch_size=512", "runner.epochs=1",
-                "runner.progress=false", f"dataset.train={train}", f"dataset.test={test}"]
+                "runner.progress=false", f"dataset.train={train_file}", f"dataset.test={test_file}"]
         if args.local:
-            out = root / "local"
-            subprocess.run([sys.executable, "-m", "recrunner", "train", "mode=local", *data,
-                            f"runner.output_dir={out}"], capture_output=True, check=True)
-            print(f"mode=local: AUC {json.loads((out / 'summary.json').read_text())['auc']:.4f}")
+            print(f"mode=local: AUC {train(['mode=local', *data], root / 'local'):.4f}")
         env = dict(os.environ)
         if args.pace:
             env["PATH"] = paced_path(root, args.pace)
@@ -105,14 +114,8 @@ def main() -> None:
             out = root / f"run{i}"
             load = os.getloadavg()[0]
             start = time.perf_counter()
-            proc = subprocess.run(
-                [sys.executable, "-m", "recrunner", "train", "mode=ps", "mode.servers=1",
-                 f"mode.trainers={args.trainers}", f"mode.sync_mode={args.sync_mode}",
-                 *args.extra, *data, f"runner.output_dir={out}"],
-                capture_output=True, text=True, timeout=3600, env=env)
-            if proc.returncode != 0:
-                raise SystemExit(proc.stderr.strip()[-2000:])
-            auc = json.loads((out / "summary.json").read_text())["auc"]
+            auc = train(["mode=ps", "mode.servers=1", f"mode.trainers={args.trainers}",
+                         f"mode.sync_mode={args.sync_mode}", *args.extra, *data], out, env)
             w = windows(out)
             starts, ends = [s for _, s, _ in w], [e for _, _, e in w]
             print(f"{i:>3}{auc:>8.4f}{load:>7.1f}{time.perf_counter() - start:>9.0f}"
