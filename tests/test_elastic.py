@@ -514,9 +514,15 @@ def test_cluster_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
     base = ["cluster=k8s", "cluster.image=r.example.com/recrunner:1", "cluster.namespace=ctr",
             "cluster.job_name=ctr-job", "mode=collective", "mode.elastic.min_nodes=2",
             "mode.elastic.max_nodes=4", "cluster.scheduler=volcano"]
-    docs = {d["kind"]: d for d in ops.render(load(base)).docs}
+    rendered = ops.render(load(base))
+    docs = {d["kind"]: d for d in rendered.docs}
     job = docs["PaddleJob"]
     assert job["spec"]["schedulingPolicy"]["minAvailable"] == 2
+    # The operator starts no worker before every replica is placed: submit says so, once.
+    start = [n for n in rendered.notes if "cannot start at mode.elastic.min_nodes=2" in n]
+    assert len(start) == 1 and "max_nodes=4" in start[0] and "\n" not in start[0], rendered.notes
+    fixed = ops.render(load([*base, "mode.elastic.min_nodes=4"])).notes
+    assert not [n for n in fixed if "min_nodes" in n], fixed
     worker = job["spec"]["worker"]
     assert worker["replicas"] == 4
     assert worker["template"]["spec"]["restartPolicy"] == "OnFailure"

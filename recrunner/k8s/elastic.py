@@ -95,6 +95,21 @@ def adapt_paddlejob(cfg: RootConfig, job: dict[str, Any], namespace: str) -> Non
         job["spec"]["schedulingPolicy"]["minAvailable"] = el.min_nodes
 
 
+def start_note(cfg: RootConfig, job: str) -> str | None:
+    """What the Paddle Operator does to an elastic job that may start smaller than max_nodes
+    (read in its source, paddlejob_controller.go: not run here): it creates the job's env
+    ConfigMap, which every worker's container takes with envFrom, only once every replica has
+    a pod IP, so no worker starts before all max_nodes pods are placed; Volcano's
+    minAvailable cannot start it at min_nodes. None when the two are equal."""
+    el = cfg.mode.elastic
+    if not el.enabled or el.min_nodes >= el.max_nodes:
+        return None
+    return (f"PaddleJob/{job}: the Paddle Operator starts no worker before all "
+            f"mode.elastic.max_nodes={el.max_nodes} pods are placed (it creates their env "
+            f"ConfigMap only then), so the job cannot start at mode.elastic.min_nodes="
+            f"{el.min_nodes} (docs/distributed.md, Operator caveats)")
+
+
 def etcd_documents(job: str, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
     """A one-member etcd for the job's rendezvous (its keys need no persistence: a restarted
     etcd makes every node register again)."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
-from recrunner.k8s import manifests, secrets, validate
+from recrunner.k8s import elastic, manifests, secrets, validate
 from recrunner.k8s import serving as serving_k8s
 from recrunner.k8s.client import Ref
 from recrunner.k8s.kinds import BY_NAME, SUBMIT_ORDER
@@ -51,7 +51,10 @@ def render(cfg: RootConfig, dry_run: bool = False) -> Rendered:
     docs = manifests.render(cfg, data)
     check_no_leaks(docs, values)
     notes = validate.validate_documents(docs, crd_dir(cfg))
-    return Rendered(docs, manifests.names_for(cfg), values, notes)
+    names = manifests.names_for(cfg)
+    if start := elastic.start_note(cfg, names.job):
+        notes.append(start)
+    return Rendered(docs, names, values, notes)
 
 
 def render_serving(cfg: RootConfig) -> tuple[dict[str, Any], list[str]]:
