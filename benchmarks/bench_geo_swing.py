@@ -5,7 +5,7 @@ trainer's training window, to see how much a PS configuration varies between run
         [--sync-mode geo] [--extra mode.geo_k_steps=10 ...] [--pace ROWS_PER_S] [--local]
 
 Each trainer logs `epoch N: trained R rows in S s (wall clock T0-T1)` (recrunner/fleet/ps.py);
-the start skew is the spread of the T0s, the end skew that of the T1s. Data as
+the start skew is the spread of the T0s, the end skew that of the T1s. Data and runs: those of
 bench_modes.py (generate(…, 7, 0/1)), Wide & Deep, 1,000,001-row table, batch 512, 1 epoch.
 
 `--pace R` feeds each trainer at most R rows a second, so that the job's processes mostly do
@@ -16,16 +16,17 @@ that pace (recrunner itself is not changed). `--local` trains mode=local on the 
 """
 
 import argparse
-import json
 import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_modes import make_data, run  # noqa: E402 - the one benchmark runner and data
 
 WINDOW = re.compile(r"trained (\d+) rows in ([\d.]+)s \(wall clock ([\d.]+)-([\d.]+)\)")
 
@@ -69,16 +70,6 @@ def paced_path(root: Path, rows_per_s: float) -> str:
     return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-def train(overrides: list[str], out: Path, env: dict[str, str] | None = None) -> float:
-    """`recrun train` into `out`; its test AUC (a failed run ends the benchmark)."""
-    proc = subprocess.run([sys.executable, "-m", "recrunner", "train", *overrides,
-                           f"runner.output_dir={out}"],
-                          capture_output=True, text=True, timeout=3600, env=env)
-    if proc.returncode != 0:
-        raise SystemExit(proc.stderr.strip()[-2000:])
-    return float(json.loads((out / "summary.json").read_text())["auc"])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=200_000)
@@ -92,17 +83,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.pace < 0:
         parser.error(f"--pace {args.pace:g}: rows a second cannot be negative (0: not paced)")
-    from recrunner.data.synth import generate
-
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        train_file, test_file = str(root / "train.tsv"), str(root / "test.tsv")
-        generate(train_file, args.rows, 7, 0)
-        generate(test_file, args.rows // 4, 7, 1)
-        data = ["model.sparse_feature_number=1000001", "runner.batch_size=512", "runner.epochs=1",
-                "runner.progress=false", f"dataset.train={train_file}", f"dataset.test={test_file}"]
+        data = make_data(root, args.rows)
         if args.local:
-            print(f"mode=local: AUC {train(['mode=local', *data], root / 'local'):.4f}")
+            print(f"mode=local: AUC {run(['mode=local'], data, root / 'local')['auc']:.4f}")
         env = dict(os.environ)
         if args.pace:
             env["PATH"] = paced_path(root, args.pace)
@@ -114,8 +99,8 @@ def main() -> None:
             out = root / f"run{i}"
             load = os.getloadavg()[0]
             start = time.perf_counter()
-            auc = train(["mode=ps", "mode.servers=1", f"mode.trainers={args.trainers}",
-                         f"mode.sync_mode={args.sync_mode}", *args.extra, *data], out, env)
+            auc = run(["mode=ps", "mode.servers=1", f"mode.trainers={args.trainers}",
+                       f"mode.sync_mode={args.sync_mode}", *args.extra], data, out, env=env)["auc"]
             w = windows(out)
             starts, ends = [s for _, s, _ in w], [e for _, _, e in w]
             print(f"{i:>3}{auc:>8.4f}{load:>7.1f}{time.perf_counter() - start:>9.0f}"

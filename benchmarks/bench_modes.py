@@ -28,13 +28,26 @@ MODES = {
 }
 
 
-def run(mode: list[str], data: dict[str, str], out: Path, epochs: int, model: str) -> dict:
+def make_data(root: Path, rows: int) -> dict[str, str]:
+    """`rows` training rows and a quarter as many test rows of the synthetic click model."""
+    from recrunner.data.synth import generate
+
+    data = {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
+    generate(data["train"], rows, 7, 0)
+    generate(data["test"], rows // 4, 7, 1)
+    return data
+
+
+def run(mode: list[str], data: dict[str, str], out: Path, epochs: int = 1,
+        model: str = "wide_deep", env: dict[str, str] | None = None) -> dict:
+    """`recrun train` of `mode` on `data` into `out`: its throughput, AUC and wall time (a
+    failed run ends the benchmark with its stderr)."""
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "recrunner", "train", *mode,
                            f"model={model}", f"dataset.train={data['train']}",
                            f"dataset.test={data['test']}", *COMMON, f"runner.epochs={epochs}",
                            f"runner.output_dir={out}"],
-                          capture_output=True, text=True, timeout=3600)
+                          capture_output=True, text=True, timeout=3600, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{mode}: {proc.stderr.strip()[-2000:]}")
     summary = json.loads((out / "summary.json").read_text())
@@ -49,16 +62,12 @@ def main() -> None:
     parser.add_argument("--model", default="wide_deep")
     parser.add_argument("--only", default=",".join(MODES), help="comma-separated modes")
     args = parser.parse_args()
-    from recrunner.data.synth import generate
-
     names = args.only.split(",")
     if "local" not in names:
         names.insert(0, "local")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        data = {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
-        generate(data["train"], args.rows, 7, 0)
-        generate(data["test"], args.rows // 4, 7, 1)
+        data = make_data(root, args.rows)
         print(f"{args.rows} train / {args.rows // 4} test rows, {args.epochs} epoch(s), "
               f"{args.model}, batch 512")
         print(f"{'mode':<16}{'examples/s':>12}{'wall s':>9}{'AUC':>8}{'vs local':>10}")
