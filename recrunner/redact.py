@@ -23,11 +23,6 @@ _known: set[str] = set()
 CREDENTIAL_NAME = re.compile(r"(?i)secret|passw|token|access_?key|api_?key|credential|private")
 
 
-def is_credential_name(name: str) -> bool:
-    """Whether environment variable `name` holds a credential."""
-    return name in ENV_NAMES or bool(CREDENTIAL_NAME.search(name))
-
-
 def register(values: Iterable[str]) -> None:
     _known.update(v for v in values if v and len(v) >= MIN_LEN)
 

@@ -1,9 +1,12 @@
 """Schema of the `cluster` group: where the job runs (this machine, or Kubernetes)."""
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from recrunner.config.checks import at_least
+
+ENV_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?")
 
 
 class ClusterName(StrEnum):
@@ -147,6 +150,10 @@ class ClusterConfig:
     env: dict[str, str] = field(default_factory=dict)
     # Variables the pods read from existing Secrets, NAME: <secret name>:<key>.
     secret_env: dict[str, str] = field(default_factory=dict)
+    # Jobs started on this machine (fleet workers) get only the plain settings Python and
+    # Paddle read, the credentials of the data's storage and of MLflow, and these variables
+    # (names; NAME* for a prefix), handed over in a private file, never in Paddle's env logs.
+    env_passthrough: list[str] = field(default_factory=list)
     juicefs: JuiceFSConfig = field(default_factory=JuiceFSConfig)
     # Where the rendered config is mounted in the pods.
     config_mount_path: str = "/etc/recrunner"
@@ -157,6 +164,11 @@ class ClusterConfig:
     crd_dir: str | None = None
 
     def __post_init__(self) -> None:
+        for i, name in enumerate(self.env_passthrough):
+            if not ENV_PATTERN.fullmatch(str(name)):
+                raise ValueError(f"cluster.env_passthrough[{i}]={name!r} is not an environment "
+                                 "variable's name (letters, digits and _, not starting with a "
+                                 "digit; a trailing * for a prefix)")
         if self.intranet == Intranet.Host:
             raise ValueError("cluster.intranet=Host puts the pods on the host network, which "
                              "the Pod Security Standards (baseline and restricted) forbid: use "

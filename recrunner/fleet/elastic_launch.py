@@ -20,7 +20,8 @@ from recrunner import atomic
 from recrunner.config.compose import to_yaml
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
-from recrunner.fleet import etcd, secret_env
+from recrunner.fleet import etcd, job_env
+from recrunner.fleet.echo import LogEcho
 from recrunner.fleet.elastic import state_dir
 from recrunner.fleet.launcher import child_env, local_run_config, newest_mtime
 from recrunner.fleet.roles import DistError
@@ -231,9 +232,10 @@ class Supervisor:
         atomic.write_text(config_file, to_yaml(run_cfg), "launcher_config")
         log_root = self.out / "logs" / f"elastic-{os.getpid()}"
         cmd = node_command(self.cfg, self.endpoint, self.job_id, config_file, log_root)
-        # Credentials reach the trainers through a private file: Paddle's launcher writes
-        # the environment it is given into the run's logs (as in launcher.launch).
-        with secret_env.handed_over(elastic_env(run_cfg, self.job_id)) as env:
+        # An allow-listed environment, credentials through a private file: Paddle's launcher
+        # writes the environment it is given into the run's logs (as in launcher.launch).
+        with job_env.handed_over(elastic_env(run_cfg, self.job_id),
+                                 job_env.needed_names(run_cfg)) as env:
             self.metrics_offset()
             say(f"elastic job {self.job_id}: {count} node(s) here, {self.el.min_nodes}.."
                 f"{self.el.max_nodes} in all, etcd {self.endpoint}; logs: {log_root}")
@@ -245,7 +247,9 @@ class Supervisor:
             last_etcd_ok = time.monotonic()
             last_etcd_check = 0.0
             last_life, last_mtime = time.monotonic(), 0.0
+            echo = LogEcho(log_root)
             while True:
+                echo.poll()
                 self.print_events()
                 now = time.monotonic()
                 if self.server is not None and not self.server.alive():
@@ -266,6 +270,7 @@ class Supervisor:
                     if not node.done:
                         self.check_node(node, cmd, env, config_file.parent)
                 if all(node.done for node in self.nodes):
+                    echo.poll()
                     return self.finished()
                 mtime = newest_mtime([n.log_dir for n in self.nodes] + [state_dir(self.out)])
                 if mtime > last_mtime:

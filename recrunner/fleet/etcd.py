@@ -9,6 +9,7 @@ import base64
 import contextlib
 import ipaddress
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recrunner.config.mode import etcd_host_port
+from recrunner.fleet import job_env
 from recrunner.fleet.roles import DistError, free_ports
 
 INSTALL_HINT = ("install it with `apt-get install -y etcd-server` (Debian/Ubuntu) or from "
@@ -83,7 +85,7 @@ class LocalEtcd:
                  "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
                  "--initial-cluster", f"recrunner=http://127.0.0.1:{peer}"],
                 stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+                env=job_env.plain(os.environ), start_new_session=True)
         server = cls(proc, endpoint, log)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not healthy(endpoint, 0.5):

@@ -17,7 +17,8 @@ from typing import Any
 from recrunner import atomic
 from recrunner.config.compose import to_yaml
 from recrunner.config.schema import RootConfig
-from recrunner.fleet import secret_env, status
+from recrunner.fleet import job_env, status
+from recrunner.fleet.echo import LogEcho
 from recrunner.fleet.roles import DistError, free_ports
 from recrunner.train import checkpoint
 
@@ -93,7 +94,9 @@ def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome
     last_mtime = 0.0
     first_bad: float | None = None
     seen_dead: dict[int, float] = {}  # pid -> when first seen gone (a death has no status)
+    echo = LogEcho(log_dir)
     while True:
+        echo.poll()
         rc = proc.poll()
         procs = status.read_all(out)
         failed = [p for p in procs if p.state == status.FAILED]
@@ -104,6 +107,7 @@ def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome
         if rc is not None and not failed and not died:
             done = sum(p.state == status.DONE for p in procs)
             if rc == 0 and done == sum(expected.values()):
+                echo.poll()
                 return Outcome(True)
             # The launcher itself failed, or a process died before it wrote its status.
             first_bad = first_bad or time.monotonic()
@@ -111,6 +115,7 @@ def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome
             first_bad = first_bad or time.monotonic()
         if first_bad is not None and (time.monotonic() - first_bad >= SETTLE_S or rc is not None
                                       and time.monotonic() - first_bad >= SETTLE_S / 2):
+            echo.poll()
             return Outcome(False, describe_failure(procs, rc, log_dir, expected, seen_dead))
         mtime = newest_mtime([log_dir, status.status_dir(out)])
         if mtime > last_mtime:
@@ -212,10 +217,10 @@ def launch(cfg: RootConfig) -> dict[str, Any]:
         log_dir = out / ("logs" if attempt == 0 else f"logs-restart{attempt}")
         log_dir.mkdir(parents=True, exist_ok=True)
         status.clear(out)
-        # Credentials reach the workers through a private file: Paddle's launcher writes the
-        # environment it is given into the run's logs.
+        # An allow-listed environment, credentials through a private file: Paddle's launcher
+        # writes the environment it is given into the run's logs.
         with open(log_dir / "launch.log", "w") as launch_log, \
-                secret_env.handed_over(child_env(run_cfg)) as env:
+                job_env.handed_over(child_env(run_cfg), job_env.needed_names(cfg)) as env:
             proc = subprocess.Popen(launch_command(cfg, config_file, log_dir),
                                     env=env, cwd=config_file.parent,
                                     stdout=launch_log, stderr=subprocess.STDOUT,

@@ -32,7 +32,10 @@ def rebuild(run_dir: Path, state_file: Path) -> Path:
 
 
 def rebuild_in_subprocess(run_dir: Path, state_file: Path, timeout_s: float) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "FLAGS_enable_pir_api"}
+    from recrunner.fleet import job_env
+
+    # No credential: it reads and writes the run directory on this machine.
+    env = {k: v for k, v in job_env.plain(os.environ).items() if k != "FLAGS_enable_pir_api"}
     for var in ("TRAINING_ROLE", "PADDLE_TRAINING_ROLE", "PADDLE_ROLE"):
         env.pop(var, None)
     proc = subprocess.run([sys.executable, "-m", "recrunner.fleet.rebuild", str(run_dir),

@@ -9,7 +9,7 @@ from typing import Any
 
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError, one_line
-from recrunner.fleet import secret_env, status
+from recrunner.fleet import job_env, status
 from recrunner.fleet.roles import DistError, Role, prepare_env, role_from_env
 
 log = logging.getLogger("recrunner.fleet")
@@ -34,7 +34,7 @@ class StartupWatchdog:
 
 def run_worker(cfg: RootConfig) -> dict[str, Any] | None:
     """Run this process's part; the summary on the writer trainer, else None."""
-    secret_env.restore()  # the credentials the launcher kept out of Paddle's env logs
+    job_env.restore()  # the credentials the launcher kept out of Paddle's env logs
     mode = str(cfg.mode.name)
     role = role_from_env(mode)
     prepare_env(mode, role)

@@ -54,6 +54,9 @@ def render(cfg: RootConfig, dry_run: bool = False) -> Rendered:
     names = manifests.names_for(cfg)
     if start := elastic.start_note(cfg, names.job):
         notes.append(start)
+    if cfg.cluster.env_passthrough:  # nothing of this machine's environment goes to a pod
+        notes.append("cluster.env_passthrough applies to jobs on this machine only: the pods "
+                     "get cluster.env, and credentials from Secrets (cluster.secret_env)")
     return Rendered(docs, names, values, notes)
 
 
