@@ -14,12 +14,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import quiet
 
 TOOLS = ("polygraphy", "none")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    quiet.guard(ap)
     ap.add_argument("export", type=Path)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--batch", type=int, default=256)

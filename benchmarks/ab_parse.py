@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import quiet
+
 REPO = Path(__file__).resolve().parent.parent
 # The parse loop of bench_train.py, for either API (Preprocessor before schemas, Schema after).
 PARSE = """
@@ -45,6 +47,7 @@ print(best, best_cpu)
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    quiet.guard(parser)
     parser.add_argument("--old", required=True, help="a checkout (or git archive) to compare")
     parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=5)

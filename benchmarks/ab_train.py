@@ -15,6 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import quiet
+
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = ["model.sparse_feature_number=1000001", "runner.batch_size=512", "runner.epochs=1",
          "runner.progress=false"]
@@ -33,6 +35,7 @@ def train(checkout: Path, data: Path, out: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    quiet.guard(parser)
     parser.add_argument("--old", type=Path, required=True)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import quiet
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -78,6 +80,7 @@ def done(proc: subprocess.Popen, run: Path) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    quiet.guard(ap)
     ap.add_argument("--rows", type=int, default=60_000)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--every", type=int, default=20, help="runner.checkpoint_every_steps")

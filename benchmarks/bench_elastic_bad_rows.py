@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import quiet
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -29,6 +31,7 @@ from recrunner.train.reading import Reader  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    quiet.guard(parser)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--bad", type=int, default=2_000, help="malformed rows in a row")
     parser.add_argument("--at", type=float, default=0.7, help="where they start (fraction)")

@@ -11,6 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import quiet
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -31,6 +33,7 @@ def best_cpu(read: object) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    quiet.guard(parser)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--world", type=int, default=2)
     parser.add_argument("--batch", type=int, default=512)

@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import quiet
+
 from recrunner.config.compose import load
 from recrunner.data.reader import Shard
 from recrunner.data.synth import generate
@@ -26,6 +28,7 @@ from recrunner.train.reading import Reader
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    quiet.guard(parser)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import quiet
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_modes import make_data, run  # noqa: E402 - the one benchmark runner and data
 
@@ -72,6 +74,7 @@ def paced_path(root: Path, rows_per_s: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    quiet.guard(parser)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--trainers", type=int, default=4)

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import quiet
+
 ZOO = ["lr", "fm", "dnn", "wide_deep", "deepfm", "dcn_v2"]
 
 
@@ -71,6 +73,7 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    quiet.guard(parser)
     parser.add_argument("--models", default=",".join(ZOO), help="comma-separated model names")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

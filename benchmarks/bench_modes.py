@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import quiet
+
 COMMON = ["model.sparse_feature_number=1000001", "runner.progress=false", "runner.batch_size=512"]
 MODES = {
     "local": ["mode=local"],
@@ -57,6 +59,7 @@ def run(mode: list[str], data: dict[str, str], out: Path, epochs: int = 1,
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    quiet.guard(parser)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--model", default="wide_deep")

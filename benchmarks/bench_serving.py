@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import quiet
 
 from recrunner.serving import client
 
@@ -165,6 +166,7 @@ def ab_arguments(description: str, protocols: str, requests: int,
     """The arguments the A/B scripts share (ab_serving.py, ab_h2load.py): two checkouts, one
     export and its data, which protocols and batch sizes, how many requests and rounds."""
     p = argparse.ArgumentParser(description=description)
+    quiet.guard(p)
     p.add_argument("--old", type=Path, required=True, help="the other checkout (A)")
     p.add_argument("--export", type=Path, required=True)
     p.add_argument("--data", type=Path, required=True, help="labeled rows of the export's format")
@@ -204,6 +206,7 @@ def print_ab_table(runs: dict[str, list[dict[tuple[str, int], dict[str, Any]]]],
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    quiet.guard(p)
     p.add_argument("--export", type=Path)
     p.add_argument("--data", type=Path, help="labeled Criteo TSV (with --export)")
     p.add_argument("--engines", default="onnx,paddle")

@@ -12,6 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import quiet
+
 from recrunner.config.compose import load
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import iter_examples
@@ -26,6 +28,7 @@ def peak_rss_mib() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    quiet.guard(parser)
     parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--threads", type=int, help="default: runner.threads")
     parser.add_argument("--batch-size", type=int, default=512)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import quiet
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -176,6 +177,7 @@ def run_deepctr(model: str, arrays: Path, threads: int, keep_denormals: bool,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    quiet.guard(parser)
     parser.add_argument("--models", default="wide_deep,deepfm",
                         help=f"comma-separated, of {', '.join(COUNTERPARTS)}")
     parser.add_argument("--rows", type=int, default=200_000)

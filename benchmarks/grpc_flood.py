@@ -19,6 +19,7 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import quiet
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_serving import free_port, start_server  # noqa: E402 - the one server launcher
@@ -29,6 +30,7 @@ from recrunner.serving import client  # noqa: E402
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    quiet.guard(p)
     p.add_argument("--connections", type=int, default=600, help="half-open connections")
     p.add_argument("--stall", type=int, default=0, help="stalled calls (one connection each)")
     p.add_argument("--seconds", type=float, default=15.0)

@@ -17,6 +17,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+import quiet
+
 from recrunner.config.compose import load
 from recrunner.data.reader import Shard
 from recrunner.data.synth import generate
@@ -54,6 +56,7 @@ def gemm_limit(net: Any, batch_size: int, reps: int = 30) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    quiet.guard(parser)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("overrides", nargs="*")
     opts = parser.parse_args()

@@ -13,6 +13,8 @@ import argparse
 import time
 from pathlib import Path
 
+import quiet
+
 import recrunner
 from recrunner.config.serving import ServingConfig
 from recrunner.data.errors import RowErrors
@@ -27,6 +29,7 @@ from recrunner.serving.server import ServingApp
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    quiet.guard(p)
     p.add_argument("--export", type=Path, required=True)
     p.add_argument("--data", type=Path, required=True, help="labeled rows of the export's format")
     p.add_argument("--engine", default="onnx")

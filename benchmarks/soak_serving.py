@@ -37,6 +37,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+import quiet
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_serving import free_port, start_server  # noqa: E402 - the one server launcher
@@ -467,6 +468,7 @@ def swapper(port: int, exports: list[Path], live: Path, every_s: float, stop: th
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    quiet.guard(p)
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--window-s", type=float, default=60.0)
     p.add_argument("--clients", type=int, default=6, help="mixed good/bad clients")

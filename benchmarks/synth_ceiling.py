@@ -13,6 +13,7 @@ without both interactions (a first-order model such as LR).
 """
 
 import numpy as np
+import quiet
 
 from recrunner.config.compose import load
 from recrunner.data.synth import ClickModel, draw
@@ -40,6 +41,7 @@ def estimate(train_keys: np.ndarray, test_keys: np.ndarray, weights: np.ndarray,
 
 
 def main() -> None:
+    quiet.guard()
     dataset = load([]).dataset
     synth = dataset.synth
     model = ClickModel(dataset.schema, synth.seed, synth.base_ctr)

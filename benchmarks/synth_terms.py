@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import quiet
 from synth_ceiling import rows
 
 from recrunner.config.compose import load
@@ -40,6 +41,7 @@ def terms() -> tuple[np.ndarray, np.ndarray]:
 
 
 def main() -> None:
+    quiet.guard()
     x, labels = terms()
     design = np.concatenate([np.ones((len(x), 1)), x], axis=1)
     print("| run | test AUC | first-order | C1 x C2 pair | gated C6 | residual std |")
