@@ -279,6 +279,35 @@ def test_synth_follows_any_schema(tmp_path) -> None:
     assert auc(batch.label, truth) > 0.65  # the labels follow the known click model
 
 
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+def test_synth_truth_pools_and_shares_tables_as_declared(pooling: str) -> None:
+    """The click model weighs a multi-valued field's values as the schema pools them, and a
+    value of a field on another's table (`history` on `item`) as it weighs there: otherwise
+    the truth is one that the declared layout cannot express (LR reached AUC 0.53)."""
+    import dataclasses
+
+    from recrunner.config.dataset import Pooling
+    from recrunner.data.synth import ClickModel
+
+    sparse = [dataclasses.replace(f, pooling=Pooling(pooling)) if f.name == "history" else f
+              for f in TAGS.sparse]
+    model = ClickModel(dataclasses.replace(TAGS, sparse=sparse), seed=7, base_ctr=0.25)
+    names = [f.name for f in TAGS.sparse]
+    item, history = names.index("item"), names.index("history")
+    model.field_scale[:] = 0.0
+    model.field_scale[history] = 1.0
+    rows = 2
+    cats = [np.zeros((rows,) + ((f.max_len + 2,) if f.multi_value else ()), np.int64)
+            for f in TAGS.sparse]
+    cats[history][:] = -1
+    cats[history][0, :2] = [3, 5]  # items 3 and 5
+    cats[history][1, :1] = [3]  # item 3 alone
+    z = model.logits(np.zeros((rows, 0)), cats)
+    w3, w5 = model._weight(item, np.array([3, 5]))  # the owner's (item's) weights
+    want = w5 if pooling == "sum" else (w3 + w5) / 2 - w3
+    np.testing.assert_allclose(z[0] - z[1], want, rtol=1e-9)
+
+
 def test_schema_round_trips_through_json(avazu) -> None:
     schema = Schema.from_config(TAGS, COMMON)
     again = Schema.from_dict(json.loads(json.dumps(schema.to_dict())))

@@ -48,12 +48,17 @@ def label_less(test_file: Path, schema: str, rows: int) -> bytes:
                      for line in lines[: rows + 1]).encode() + b"\n"
 
 
-# The two oldest models on every schema; DNN and DCN-V2 (each run costs 20-60 s) on the one
-# with multi-valued fields and no dense features. LR and FM reach only AUC ~0.53 there with
-# TINY's settings (not yet understood: docs/models.md), so they are left out.
+# The two oldest models on every schema; DNN, DCN-V2, LR and FM (each run costs 10-60 s) on
+# the one with multi-valued fields and no dense features.
 PAIRS = [(schema, model) for model in model_names() for schema in SCHEMAS
-         if model in ("wide_deep", "deepfm")
-         or (schema == "tags_example" and model not in ("lr", "fm"))]
+         if model in ("wide_deep", "deepfm") or schema == "tags_example"]
+# Test AUC measured with these settings and data (the bound is 0.02 under it). LR and FM
+# reached only 0.527 / 0.536 on tags_example while the generator's truth ignored the schema's
+# `pooling: sum` and `table: item` for `history` (docs/models.md).
+MEASURED_AUC = {("avazu", "wide_deep"): 0.838, ("avazu", "deepfm"): 0.834,
+                ("tags_example", "wide_deep"): 0.660, ("tags_example", "deepfm"): 0.653,
+                ("tags_example", "dnn"): 0.664, ("tags_example", "dcn_v2"): 0.658,
+                ("tags_example", "lr"): 0.612, ("tags_example", "fm"): 0.620}
 
 
 @pytest.mark.parametrize(("schema", "model"), PAIRS)
@@ -66,7 +71,9 @@ def test_model_trains_exports_and_serves_the_schema(data: dict[str, Path], tmp_p
                   f"runner.output_dir={run}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["auc"] > 0.55 and summary["eval_examples"] == 2000
+    # A model the table does not list (a plugin) only has to beat chance clearly.
+    assert summary["auc"] > MEASURED_AUC.get((schema, model), 0.57) - 0.02, summary
+    assert summary["eval_examples"] == 2000
     meta = json.loads((run / "export" / "export.json").read_text())
     assert all(r["ok"] for r in meta["check"]["engines"].values())
     assert meta["schema"]["label"] in (root / "test.csv").read_text().split("\n", 1)[0]

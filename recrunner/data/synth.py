@@ -57,6 +57,8 @@ class ClickModel:
         self.mu = np.array([d.synth_mu for d in dense])
         self.dense_missing = np.array([d.synth_missing for d in dense])
         self.single = [j for j, f in enumerate(sparse) if f.multi_value is None]
+        names = [f.name for f in sparse]
+        self.vocab = [names.index(f.table) if f.table else j for j, f in enumerate(sparse)]
         self.cat_missing = np.array([0.0 if sparse[j].derive else sparse[j].synth_missing
                                      for j in self.single])
         rng = np.random.default_rng([self.seed, 0])
@@ -128,12 +130,18 @@ class ClickModel:
         for j, scale in enumerate(self.field_scale):
             if not scale:
                 continue
+            # A field on another's table (`table`) is written in its owner's vocabulary: a
+            # value weighs what it weighs there (a model shares one row for both).
+            owner = self.vocab[j]
             if cats[j].ndim == 1:
-                z += scale * self._weight(j, cats[j])
-            else:  # multi-valued: the mean weight of the values a model sees (max_len)
-                seen = cats[j][:, :self.schema.sparse[j].max_len]
-                w = np.where(seen >= 0, self._weight(j, seen), 0.0).sum(axis=1)
-                z += scale * w / np.maximum((seen >= 0).sum(axis=1), 1)
+                z += scale * self._weight(owner, cats[j])
+            else:  # multi-valued: the values a model sees (max_len), pooled as declared
+                f = self.schema.sparse[j]
+                seen = cats[j][:, :f.max_len]
+                w = np.where(seen >= 0, self._weight(owner, seen), 0.0).sum(axis=1)
+                if f.pooling == "mean":
+                    w /= np.maximum((seen >= 0).sum(axis=1), 1)
+                z += scale * w
         # Interactions a linear model cannot express: the deep part has to find them. The
         # first two single-valued features, and the dense feature with the largest counts with
         # the sixth single-valued feature (or the last).
@@ -205,7 +213,6 @@ def generate(path: str | Path, rows: int, seed: int, split: int, base_ctr: float
     header = schema.file.header.lower() == "true" or (
         schema.file.header.lower() == "auto" and delimiter != "\t")
     columns = resolve_columns(schema)
-    names = [f.name for f in schema.sparse]
     truth = np.empty(rows, np.float32)
     options = pacsv.WriteOptions(include_header=False, delimiter=delimiter, quoting_style="none")
     with atomic.writing(path, "data") as tmp, pa.OSFile(str(tmp), "wb") as sink:
@@ -224,7 +231,7 @@ def generate(path: str | Path, rows: int, seed: int, split: int, base_ctr: float
                                                     mask=np.isnan(col))
             for j, f in enumerate(schema.sparse):
                 if f.derive is None:  # a shared table shares its owner's vocabulary
-                    vocab = names.index(f.table) if f.table else j
+                    vocab = model.vocab[j]
                     data[f.column or f.name] = (
                         model.category_strings(vocab, cats[j]) if f.multi_value is None
                         else model.multi_strings(vocab, cats[j], f.multi_value))
