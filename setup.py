@@ -50,8 +50,9 @@ setup(
         "jsonschema>=4.20",
         "kubernetes-validate>=1.30",
         "tqdm>=4.60",
-        # recrun serve: fast JSON, and ONNX Runtime (17x paddle.inference at batch 1) on the
-        # paddle2onnx-converted export; the server falls back to paddle.inference without them.
+        # recrun serve: fast JSON, and ONNX Runtime (the faster engine at small batches:
+        # docs/serving.md) on the paddle2onnx-converted export; the server falls back to
+        # paddle.inference without them.
         "orjson>=3.8",
         "onnxruntime>=1.17",
         "paddle2onnx==2.1.0",
@@ -63,7 +64,8 @@ setup(
         "sweep": SWEEP,
         # benchmarks/bench_vs_deepctr.py: each zoo model against DeepCTR-Torch (by hand, not
         # in CI). torch==2.13.0 is the CPU wheel (a looser pin can pull a multi-GB CUDA build).
-        "bench": ["torch==2.13.0", "deepctr-torch==0.3.0", "scikit-learn>=1.3", "py-spy>=0.3"],
+        "bench": ["torch==2.13.0", "deepctr-torch==0.3.0", "scikit-learn>=1.3", "pandas>=2",
+                  "py-spy>=0.3"],
         # tools/fuzz.py: coverage-guided fuzzing of the parsers (by hand, not in CI).
         "fuzz": ["atheris>=2.3"],
         "test": [
