@@ -145,6 +145,8 @@ MODES = {
                "mode.geo_k_steps=10"],
 }
 MATRIX_TRAIN = ["runner.epochs=1", "mode.timeout_s=120"]
+# A PS trainer's C++ loop prints its batch's loss every runner.log_every_steps batches.
+PRINT_EVERY_LOSS = "runner.log_every_steps=1"
 
 
 class Runs:
@@ -163,9 +165,11 @@ class Runs:
         """The `recrun train` arguments of the run, without its output_dir."""
         # The collective run also writes tensorboard curves: only its writer rank may.
         logger = ["logger=tensorboard"] if mode == "collective" else []
+        # PS trainers print every batch's loss (tests/test_dist.py's resume tests read them).
+        losses = [PRINT_EVERY_LOSS] if mode.startswith("ps") else []
         return ["train", f"model={model}", *MODES[mode], *model_keys(model, SMALL_MODEL),
                 *MATRIX_TRAIN, f"dataset.train={self.data['train']}",
-                f"dataset.test={self.data['test']}", *logger]
+                f"dataset.test={self.data['test']}", *logger, *losses]
 
     def __call__(self, model: str, mode: str) -> Path:
         def train(out: Path) -> None:

@@ -25,7 +25,7 @@ from recrunner import atomic, faults
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.reader import unshard
-from recrunner.fleet.geo import load_geo_copies
+from recrunner.fleet.geo import TABLE_KEY, load_geo_copies
 from recrunner.fleet.ps_tables import configure_strategy, table_shards, trainer_optimizer
 from recrunner.fleet.roles import DistError, Role, check_port_free, wait_for_port
 from recrunner.train import checkpoint
@@ -40,6 +40,8 @@ log = logging.getLogger("recrunner.fleet")
 TABLE = "sparse_embedding_table"
 IDS_CHUNK = 100_000
 INFER_PREFIX = "infer_"  # ids per lookup when reading the whole table back
+# A restored parameter against the checkpoint's: the tables' text has 6 significant digits.
+RESTORE_RTOL = 1e-5
 
 
 def check_sync_mode(cfg: RootConfig) -> None:
@@ -359,12 +361,17 @@ class PsEngine:
     def net_state(self) -> dict[str, np.ndarray]:
         """The dygraph Net's state_dict (numpy) holding the servers' values."""
         self.begin_eval()
-        return {**self.dense_state(), "embedding.weight": self.table_values()}
+        return {**self.dense_state(), TABLE_KEY: self.table_values()}
 
     def state(self, checkpoint_root: Path, epoch: int) -> ModelState:
         """The servers save their tables with their optimizer states (for resume) beside the
         checkpoint as <epoch>.ps/; the checkpoint holds the Net (for eval and export)."""
         ps_dir = checkpoint_root / f"{epoch}.ps"
+        # Read back before the save: the lookup creates the rows no batch has touched (at
+        # their initial values) on the servers, so the saved tables hold every row of
+        # model.pdparams and a resume restores exactly that model (restore checks it).
+        # numpy arrays: paddle.load gives them back and Net.set_state_dict takes them.
+        net = self.net_state() if self.group.is_writer else {}
         # Saved aside, then put in place whole by the writer (atomic.adopt_dir): a server or
         # trainer killed mid-save leaves no half table under a checkpoint's name.
         saving = checkpoint_root / f".{epoch}.ps.saving"
@@ -375,8 +382,6 @@ class PsEngine:
         self.fleet.save_persistables(self.exe, str(saving))  # barriers inside
         if self.group.is_writer:
             atomic.adopt_dir(saving, ps_dir, "ps_tables")
-        # numpy arrays: paddle.load gives them back and Net.set_state_dict takes them.
-        net = self.net_state() if self.group.is_writer else {}
         return ModelState(net, {}, {"ps_tables": ps_dir.name, "mode": "ps"})
 
     def restore(self, ckpt: Checkpoint, state: ModelState) -> None:
@@ -387,6 +392,10 @@ class PsEngine:
                 raise DistError("mode.sync_mode=geo cannot reload a checkpoint into a running "
                                 "job")
             self.resumed_geo = False
+            # Every trainer its own copy (trainer 1's came through the servers at init_worker).
+            table = self.paddle.static.global_scope().find_var(TABLE).get_tensor()
+            self.check_restored(ckpt, state, self.dense_state() | {TABLE_KEY: np.array(table)})
+            self.group.barrier()  # before anyone trains: its merges would move the copies
             return
         ps_dir = ps_tables_dir(ckpt)
         if not ps_dir.is_dir():
@@ -395,6 +404,30 @@ class PsEngine:
         check_table_shards(ckpt, self.table_shards)
         self.fleet.load_model(str(ps_dir), mode=0)  # servers load tables + optimizer states
         self.pull_dense()
+        # One trainer reads the servers back; the others wait: their pushes would move them.
+        if self.group.is_writer:
+            self.check_restored(ckpt, state, self.net_state())
+        self.group.barrier()
+
+    def check_restored(self, ckpt: Checkpoint, saved: ModelState,
+                       now: dict[str, np.ndarray]) -> None:
+        """Fail unless the model this trainer now sees is `ckpt`'s (model.pdparams, read back
+        when it was saved): Paddle's load warns at most and leaves a table fresh."""
+        worst, where = 0.0, ""
+        for key, value in saved.net.items():
+            want = np.asarray(value, np.float32).reshape(-1)
+            got = np.asarray(now[key], np.float32).reshape(-1)
+            # Relative: the servers save their tables as text with 6 significant digits.
+            diff = float(np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-3),
+                                initial=0.0))
+            if diff > worst:
+                worst, where = diff, key
+        if worst > RESTORE_RTOL:
+            raise DistError(f"the model restored from {ckpt.path} is not the one it saved: "
+                            f"{where} differs by {worst:.2g} (relative); its tables did not "
+                            "load")
+        log.info("restored %s: the model equals the checkpoint's (largest relative "
+                 "difference %.1e, in %s)", ckpt.path, worst, where or "none")
 
     def export(self, export_dir: Path, extra: dict[str, Any], ckpt: Checkpoint) -> Path:
         """The export is the dygraph Net filled with the checkpoint's values (the servers'
