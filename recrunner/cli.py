@@ -121,7 +121,7 @@ def print_command_help(name: str, module: ModuleType, parser: argparse.ArgumentP
 
 
 def run_once(task: Callable[[DictConfig, RootConfig | None], Any], overrides: list[str],
-             check: Callable[[RootConfig], RootConfig]) -> None:
+             check: Callable[[RootConfig], RootConfig], unused_paths: Sequence[str] = ()) -> None:
     """One job through Hydra's own job runner (run directory, .hydra/ files, job logging,
     HydraConfig) on a config composed once, checked before the run directory exists.
     hydra.main composes it twice more after the checks: 0.4-0.8 s each."""
@@ -135,7 +135,7 @@ def run_once(task: Callable[[DictConfig, RootConfig | None], Any], overrides: li
 
     # hydra.mode=RUN: the override hydra.main adds (so .hydra/hydra.yaml is the same).
     cfg, loader = compose_with_loader([*overrides, "hydra.mode=RUN"], hydra_node=True)
-    typed = check(to_typed(without_hydra_node(cfg)))
+    typed = check(to_typed(without_hydra_node(cfg), unused_paths))
     callbacks = Callbacks(cfg)
     callbacks.on_run_start(config=cfg, config_name="config")
     try:
@@ -153,11 +153,14 @@ def run_once(task: Callable[[DictConfig, RootConfig | None], Any], overrides: li
 
 
 def run_command(name: str, argv: Sequence[str]) -> int:
-    from recrunner.config.compose import load, normalize_overrides, to_typed
+    from recrunner.config.compose import DATASET_PATHS, load, normalize_overrides, to_typed
 
     cmd = COMMANDS[name]
     install_log_scrubber()  # credentials never reach a log line
     module = importlib.import_module(cmd.module)
+    # The dataset files the command reads (its DATASET_PATHS; both unless it says otherwise):
+    # the others need not be given (`recrun predict dataset=avazu ...`).
+    unused = [k for k in DATASET_PATHS if k not in getattr(module, "DATASET_PATHS", DATASET_PATHS)]
     # Config commands print their own --help (groups and keys); the others, argparse's.
     parser = argparse.ArgumentParser(prog=f"recrun {name}", add_help=not cmd.uses_config)
     if cmd.uses_config:
@@ -191,7 +194,7 @@ def run_command(name: str, argv: Sequence[str]) -> int:
         return cfg
 
     if flags and (HYDRA_REPORT_FLAGS | {"-m", "--multirun"}).isdisjoint(flags):
-        check(load(overrides))  # hydra.main composes it again: only with Hydra's flags
+        check(load(overrides, unused))  # hydra.main composes it again: only with Hydra's flags
 
     import hydra
 
@@ -205,7 +208,7 @@ def run_command(name: str, argv: Sequence[str]) -> int:
         would crash hydra-optuna-sweeper 1.3 on optuna 2.10)."""
         cfg = None
         try:
-            cfg = typed or to_typed(dcfg)  # typed: run_once's, checked already
+            cfg = typed or to_typed(dcfg, unused)  # typed: run_once's, checked already
             if cmd.writes_run_dir:
                 from hydra.core.hydra_config import HydraConfig
 
@@ -227,7 +230,7 @@ def run_command(name: str, argv: Sequence[str]) -> int:
                        "hydra.job_logging.handlers.console.stream=ext://sys.stderr",
                        "hydra/hydra_logging=none"]
     if not flags:
-        run_once(task, [*hydra_args, *overrides], check)
+        run_once(task, [*hydra_args, *overrides], check, unused)
         return max(codes, default=0)
     from recrunner.config.schema import register_configs
 

@@ -7,6 +7,8 @@ from pathlib import Path
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
 
+# Rows come from --data (tensors through the export's schema): no dataset file is read.
+DATASET_PATHS: tuple[str, ...] = ()
 KEYS = ["serving.host", "serving.port", "serving.model_dir", "runner.output_dir"]
 
 

@@ -5,6 +5,8 @@ import argparse
 
 from recrunner.config.schema import RootConfig
 
+# Only the cluster is asked: no dataset file is read.
+DATASET_PATHS: tuple[str, ...] = ()
 KEYS = ["cluster.namespace", "cluster.job_name", "dataset.sampleset.name", "serving.k8s.kind",
         "serving.k8s.name"]
 

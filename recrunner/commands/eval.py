@@ -13,6 +13,8 @@ from recrunner.data.batch import Batch
 from recrunner.errors import RecrunnerError
 from recrunner.train.metrics import evaluate_test_set
 
+# Only dataset.test is read: dataset.train may be left unset (`???`).
+DATASET_PATHS: tuple[str, ...] = ("test",)
 KEYS = ["dataset.test", "dataset.format", "runner.output_dir", "runner.eval_batch_size"]
 
 

@@ -5,6 +5,8 @@ import argparse
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
 
+# Only the cluster is asked: no dataset file is read.
+DATASET_PATHS: tuple[str, ...] = ()
 KEYS = ["cluster.namespace", "cluster.job_name", "mode.name"]
 
 

@@ -8,6 +8,8 @@ from recrunner.config.schema import RootConfig
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import iter_examples, rebatch
 
+# Rows come from --input, preprocessed by the export's schema: no dataset file is read.
+DATASET_PATHS: tuple[str, ...] = ()
 KEYS = ["runner.output_dir", "dataset.on_error"]
 
 

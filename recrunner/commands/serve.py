@@ -14,6 +14,8 @@ from recrunner.config.schema import RootConfig
 if TYPE_CHECKING:
     from recrunner.serving.server import Server
 
+# The export carries its schema: no dataset file is read.
+DATASET_PATHS: tuple[str, ...] = ()
 KEYS = ["serving.model_dir", "runner.output_dir", "serving.host", "serving.port",
         "serving.max_batch_rows", "serving.batch_wait_ms", "serving.workers", "serving.threads",
         "serving.max_body_bytes", "serving.request_timeout_s", "cluster.name",

@@ -7,6 +7,8 @@ from typing import Any
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
 
+# Only the cluster is asked: no dataset file is read.
+DATASET_PATHS: tuple[str, ...] = ()
 KEYS = ["cluster.namespace", "cluster.job_name", "dataset.sampleset.name", "serving.k8s.kind",
         "serving.k8s.name"]
 COUNTS = ("pending", "starting", "running", "succeeded", "failed")

@@ -103,16 +103,30 @@ def group_choices(exc: Exception) -> str:
     return f" (choose {match[1]}= one of: {', '.join(options)})" if options else ""
 
 
-def to_typed(cfg: DictConfig) -> RootConfig:
-    """Resolve and instantiate the dataclasses: missing values and bad types fail here."""
+# The dataset's file keys; a command reads some or none of them (its DATASET_PATHS).
+DATASET_PATHS = ("train", "test")
+
+
+def to_typed(cfg: DictConfig, unused_paths: Sequence[str] = ()) -> RootConfig:
+    """Resolve and instantiate the dataclasses: missing values and bad types fail here.
+
+    `unused_paths`: dataset file keys the command never reads (predict and serve take the
+    export's schema and their own input). Left mandatory (`???`, as dataset=criteo|avazu
+    leave them) they become "" instead of failing; the ones it reads must still be given."""
+    unset = [k for k in unused_paths if OmegaConf.is_missing(cfg.dataset, k)]
+    if unset:
+        cfg = copy.deepcopy(cfg)  # the caller's (Hydra's job) config stays as composed
+        with read_write(cfg), open_dict(cfg):
+            for key in unset:
+                cfg.dataset[key] = ""
     try:
         return cast(RootConfig, OmegaConf.to_object(cfg))  # the schema is RootConfig
     except Exception as exc:
         raise RecrunnerError(f"config error: {one_line(exc)}") from exc
 
 
-def load(overrides: Sequence[str] = ()) -> RootConfig:
-    return to_typed(compose_config(overrides))
+def load(overrides: Sequence[str] = (), unused_paths: Sequence[str] = ()) -> RootConfig:
+    return to_typed(compose_config(overrides), unused_paths)
 
 
 def load_resolved(path: str | Path, overrides: Sequence[str] = ()) -> RootConfig:
