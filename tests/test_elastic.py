@@ -20,7 +20,7 @@ from tests.test_secrets import FAKE, leaks
 needs_etcd = pytest.mark.skipif(
     shutil.which("etcd") is None or importlib.util.find_spec("etcd3") is None,
     reason="no `etcd` binary (apt-get install -y etcd-server; .ci/run installs it) or no "
-           "etcd3 client (pip install etcd3; the test extra has it)")
+           "etcd3 client (pip install 'recrunner[elastic]'; the test extra has it)")
 
 TRAIN = [*SMALL_MODEL, "runner.epochs=1", "mode=collective", "runner.threads=2"]
 
@@ -387,6 +387,22 @@ def test_missing_etcd_binary_is_a_clear_error(small_data: dict[str, str],
     assert proc.returncode != 0
     assert "no `etcd` binary" in proc.stderr and "apt-get install -y etcd-server" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_missing_etcd3_client_names_the_extra(tmp_path: Path) -> None:
+    """Without the etcd3 package (only the `elastic` and `test` extras install it) an elastic
+    job stops before any work, in one line that says what to install."""
+    blocked = ("import sys; sys.modules['etcd3'] = None; "  # `import etcd3` fails, as uninstalled
+               "from recrunner.cli import main; main(sys.argv[1:])")
+    data = [f"dataset.train={tmp_path / 'train.txt'}", f"dataset.test={tmp_path / 'test.txt'}"]
+    proc = subprocess.run([sys.executable, "-c", blocked, "train",
+                           *elastic(tmp_path / "run"), *data],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0] == ("recrun train: error: mode.elastic needs the etcd3 package: "
+                        "pip install 'recrunner[elastic]'")
+    assert not any(tmp_path.iterdir())  # no run directory, no generated data
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

@@ -68,6 +68,10 @@ def check(cfg: RootConfig) -> None:
     if str(cfg.mode.name) == "ps" and getattr(cfg.model, "wide_crosses", None):
         raise RecrunnerError("model.wide_crosses applies to mode=local and mode=collective; "
                              "mode=ps serves one id table: set it to []")
+    if cfg.mode.elastic.enabled:
+        from recrunner.fleet.elastic_launch import require_etcd3
+
+        require_etcd3()
     ensure_dataset(cfg.dataset)
 
 

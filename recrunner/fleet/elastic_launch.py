@@ -363,12 +363,18 @@ class Supervisor:
                             f"logs: {self.out / 'logs'}") from None
 
 
-def launch_elastic(cfg: RootConfig) -> dict[str, Any]:
+def require_etcd3() -> None:
+    """Paddle's launcher imports the etcd3 client for its etcd:// rendezvous; only the
+    `elastic` extra (and `test`) installs it, so say which before any work starts."""
     import importlib.util
 
     if importlib.util.find_spec("etcd3") is None:
-        raise DistError("mode.elastic: Paddle's launcher needs the etcd3 client for an etcd:// "
-                        "rendezvous; install it with `pip install etcd3`")
+        raise RecrunnerError("mode.elastic needs the etcd3 package: "
+                             "pip install 'recrunner[elastic]'")
+
+
+def launch_elastic(cfg: RootConfig) -> dict[str, Any]:
+    require_etcd3()  # also train's check; here for callers that skip it (--config-file)
     return Supervisor(cfg).run()
 
 
