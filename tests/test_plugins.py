@@ -95,12 +95,26 @@ def test_recrun_reports_a_broken_plugin_in_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def see_this_interpreters_paths(python: Path) -> None:
+    """Make the venv of `python` import what this interpreter imports (recrunner, Paddle), after
+    its own packages. `--system-site-packages` would not: from inside a venv it exposes the
+    base interpreter's site-packages, not this venv's. addsitedir, not bare paths, so the
+    .pth files there (an editable install's finder) are processed too."""
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; "
+                              "print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    paths = [p for p in sys.path if p and Path(p).is_dir()]
+    (Path(purelib) / "_recrunner_suite_paths.pth").write_text(
+        # One line, run by site.py with exec(): a comprehension there would not see `site`.
+        f"import site; list(map(site.addsitedir, {paths!r}))\n")
+
+
 def test_an_installed_model_package_trains(tmp_path: Path) -> None:
     """examples/model_plugin, pip-installed into a fresh venv (seeing this environment's
     packages, recrunner and Paddle included), trains as `model=tiny_lr` from an empty folder."""
     source = shutil.copytree(REPO / "examples" / "model_plugin", tmp_path / "src")  # pip
     venv = tmp_path / "venv"  # builds in the source folder: keep the clone clean
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+    subprocess.run([sys.executable, "-m", "venv", str(venv)],
                    check=True, capture_output=True, timeout=300)
     python = venv / "bin" / "python"
     install = subprocess.run(
@@ -108,6 +122,8 @@ def test_an_installed_model_package_trains(tmp_path: Path) -> None:
          str(source)],
         capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stderr
+    # After the install: pip in the venv then sees (and touches) only the venv's packages.
+    see_this_interpreters_paths(python)
     run = tmp_path / "run"
     run.mkdir()
     proc = subprocess.run([str(python), "-m", "recrunner", "train", "model=tiny_lr", *TINY],

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What a user of the wheel gets: build it from this checkout, install it into a fresh venv, and
 # from an empty folder train a tiny model and render a job (CRD check included). The venv sees
-# the environment's packages (--system-site-packages), so Paddle is not downloaded again; the
-# check fails if recrunner, its configs or its zoo are imported from anywhere but the wheel.
+# the packages of $PYTHON (a .pth file: --system-site-packages alone would show a venv's base
+# interpreter's instead), so Paddle is not downloaded again; the check fails if recrunner, its
+# configs or its zoo are imported from anywhere but the wheel.
 #
 #   [PYTHON=python] tools/check_wheel.sh [LOG]   # LOG: the steps' output (default: a temp file)
 set -euo pipefail
@@ -37,6 +38,10 @@ WHEEL=$(ls "$WORK"/dist/recrunner-*.whl)
 step "installing $(basename "$WHEEL") into a fresh venv"
 "$PY" -m venv --system-site-packages "$WORK/venv" >> "$LOG" 2>&1 || fail "python -m venv"
 VPY="$WORK/venv/bin/python"
+# $PY's site directories after the venv's own (addsitedir: their .pth files are read too).
+SITES=$("$PY" -c 'import site; print([*site.getsitepackages(), site.getusersitepackages()])')
+VSITE=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "import site; list(map(site.addsitedir, $SITES))" > "$VSITE/_check_wheel_env.pth"
 # --force-reinstall: an editable recrunner of the same version outside the venv is not this.
 "$VPY" -m pip install -q --force-reinstall --no-deps "$WHEEL" >> "$LOG" 2>&1 \
   || fail "pip install of the wheel"
