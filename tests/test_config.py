@@ -89,6 +89,23 @@ def test_cli_config_error_is_one_line_nonzero() -> None:
     assert len(lines) == 1 and "runner.epochz" in lines[0], result.stderr
 
 
+@pytest.mark.parametrize("override, message", [
+    ("+runner.epochz=3", "runner.epochz is not a key of RunnerConfig"),
+    ("+model.fc_size=[8]", "model.fc_size is not a key of Config"),
+    ("+dataset.schema.file.delimeter=tab", "dataset.schema.file.delimeter is not a key of"),
+    ("+cluster.juicefs.bucketz=x", "cluster.juicefs.bucketz is not a key of JuiceFSConfig"),
+])
+def test_a_key_appended_with_plus_is_checked_against_the_schema(override: str,
+                                                                message: str) -> None:
+    """Hydra appends `+key=value` to a structured config; the dataclasses would drop it
+    silently and train without the setting the user meant."""
+    with pytest.raises(RecrunnerError, match=message):
+        load([override])
+    # A mapping's keys are the user's to add.
+    cfg = load(["+cluster.env.MY_SETTING=1", "+dataset.sampleset.node_affinity.disk=[ssd]"])
+    assert cfg.cluster.env == {"MY_SETTING": "1"}
+
+
 def test_cli_help_lists_subcommands_and_groups() -> None:
     top = recrun("--help")
     assert top.returncode == 0

@@ -119,10 +119,27 @@ def to_typed(cfg: DictConfig, unused_paths: Sequence[str] = ()) -> RootConfig:
         with read_write(cfg), open_dict(cfg):
             for key in unset:
                 cfg.dataset[key] = ""
+    refuse_added_keys(cfg)
     try:
         return cast(RootConfig, OmegaConf.to_object(cfg))  # the schema is RootConfig
     except Exception as exc:
         raise RecrunnerError(f"config error: {one_line(exc)}") from exc
+
+
+def refuse_added_keys(node: DictConfig, path: str = "") -> None:
+    """A key that a schema lacks fails as a typo. Hydra refuses `runner.epochz=1`, but
+    `+runner.epochz=1` appends it, and the dataclasses would silently drop it."""
+    kind = OmegaConf.get_type(node)
+    schema = kind if isinstance(kind, type) and dataclasses.is_dataclass(kind) else None
+    known = {f.name for f in dataclasses.fields(schema)} if schema else set()
+    for key in node:
+        name = f"{path}.{key!s}" if path else str(key)
+        if schema is not None and key not in known:
+            raise RecrunnerError(f"config error: {name} is not a key of {schema.__name__} "
+                                 f"(known: {', '.join(sorted(known))})")
+        child = node._get_node(key)  # not resolved: ??? and ${...} stay as they are
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            refuse_added_keys(child, name)
 
 
 def load(overrides: Sequence[str] = (), unused_paths: Sequence[str] = ()) -> RootConfig:
