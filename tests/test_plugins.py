@@ -94,7 +94,6 @@ def test_recrun_reports_a_broken_plugin_in_one_line(tmp_path: Path) -> None:
     assert len(err) == 1 and "model plugin 'gone'" in err[0] and "is broken" in err[0], err
 
 
-@pytest.mark.slow
 def see_this_interpreters_paths(python: Path) -> None:
     """Make the venv of `python` import what this interpreter imports (recrunner, Paddle), after
     its own packages. `--system-site-packages` would not: from inside a venv it exposes the
@@ -109,6 +108,7 @@ def see_this_interpreters_paths(python: Path) -> None:
         f"import site; list(map(site.addsitedir, {paths!r}))\n")
 
 
+@pytest.mark.slow
 def test_an_installed_model_package_trains(tmp_path: Path) -> None:
     """examples/model_plugin, pip-installed into a fresh venv (seeing this environment's
     packages, recrunner and Paddle included), trains as `model=tiny_lr` from an empty folder."""
