@@ -7,6 +7,8 @@ plain local run.
 """
 
 import json
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,23 +20,37 @@ from tests.conftest import MATRIX_TRAIN, MODES, SMALL_MODEL, model_keys, serve_a
 
 pytestmark = pytest.mark.slow
 AGREE = 1e-5  # engines and checkpoints against the trained network
-# Distributed runs against mode=local, same data and epochs. The promise is 0.01; async PS
-# (2 trainers) measured 0.003-0.006 short by hand (W&D, 4 runs), but in test runs on the
-# shared machine (load average 25) 0.033 (W&D) and 0.046 (DeepFM): async's spread between
-# identical runs is that wide under load. Geo (2 trainers, geo_k_steps=10), 5 runs by hand:
-# 0.007 (W&D, twice), 0.012-0.014 (DeepFM twice, DNN) short; in one CI run 0.031 (DeepFM)
-# (docs/distributed.md). These bounds catch a broken update path, not the 0.01 promise.
-AUC_GAP = {"collective": 0.01, "ps-async": 0.06, "ps-geo": 0.05}
-# Their thread timing differs between identical runs: a run off by more than its bound is
-# trained once more (tests/test_one_model.py's only retry), and that run decides. Seen on CI's
-# 2 cores beside the other test worker: W&D async 0.104 short once, within 0.02 otherwise.
+# Distributed runs against mode=local, same data and epochs (2 trainers). Collective is within
+# 0.01. The parameter server on the matrix's short run (40k rows, 10,007-row table), AUC
+# behind local, one run after another (2026-11-28, load average 1.1-3.7: each job's own 3
+# processes and other developers' work beside it):
+#   async: W&D 0.004, 0.007, 0.008, 0.011, 0.012, 0.014, 0.023, 0.036; DeepFM 0.014, 0.015,
+#     0.018, 0.023, 0.023, 0.033; FM 0.006, 0.010, 0.010, 0.011, 0.020, and 0.110 once
+#     as the load rose to 5.4; LR 0.004-0.005 above local;
+#   geo: W&D 0.002, 0.005, 0.010, 0.012; DeepFM 0.006, 0.010, 0.013, 0.014; DNN 0.006, 0.010,
+#     0.013 (and one DeepFM job that never formed at load 3-5: the start-up timeout).
+# (200k rows: async and geo within 0.01, docs/distributed.md; on 40k every row of the table
+# is pushed by both trainers in nearly every batch.) The bounds sit just above the worst
+# but the one starved run, which the retry below is for.
+AUC_GAP = {"collective": 0.01, "ps-async": 0.04, "ps-geo": 0.02}
+# Thread timing differs between identical PS runs: a run off by more than its bound is
+# trained once more (tests/test_one_model.py's only retry) and that run decides; the retry is
+# reported (a RetriedRun warning in the run's summary, both AUCs as a junit property). Seen
+# on CI's 2 cores beside the other test worker: W&D async 0.104 short once.
 NONDETERMINISTIC = {"ps-async", "ps-geo"}
-# Each run costs 20-90 s on 2 cores, so the newer models run locally and in one fleet mode
-# each (collective: the dygraph path; ps: the static graph): every mode is covered by some
-# model, and the every-mode runs stay with the two oldest. Any other model (a plugin) gets
-# every mode.
+# Each fleet run costs 20-35 s on 2 cores (an extra pair measured 30 s: DCN-v2 async trained
+# in 28 s, its two tests 2 s): the 8 pairs left out would add ~4 min of work, 2 or more of
+# the suite's wall time on 2 workers, and the suite takes 14 of its 15 minutes already. W&D
+# and DeepFM train in every mode; each newer model locally and in one fleet mode
+# (collective: the dygraph path; ps: the static graph): every mode is covered by three
+# models or more. Not tested: DCN-v2 in ps, DNN in collective and ps async, FM and LR in
+# collective and ps geo (README says so). Any other model (a plugin) gets every mode.
 ONE_FLEET_MODE = {"dcn_v2": "collective", "dnn": "ps-geo", "fm": "ps-async",
                   "lr": "ps-async"}
+
+
+class RetriedRun(UserWarning):
+    """A nondeterministic run was off by more than its bound and trained once more."""
 
 
 def model_modes(model: str) -> list[str]:
@@ -64,8 +80,8 @@ def test_base_models_learn(runs: Any) -> None:
 
 
 @pytest.mark.parametrize(("model", "mode"), [p for p in PAIRS if p[1] != "local"])
-def test_every_mode_trains_the_local_model(runs: Any, model: str, mode: str,
-                                          tmp_path: Path) -> None:
+def test_every_mode_trains_the_local_model(runs: Any, model: str, mode: str, tmp_path: Path,
+                                          record_property: Callable[[str, object], None]) -> None:
     local, other = summary(runs(model, "local")), summary(runs(model, mode))
     assert other["eval_examples"] == local["eval_examples"] == 10_000
     assert other["train_examples"] == local["train_examples"] == 40_000
@@ -79,6 +95,11 @@ def test_every_mode_trains_the_local_model(runs: Any, model: str, mode: str,
         proc = recrun(*runs.args(model, mode), f"runner.output_dir={out}", timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         aucs.append(summary(out)["auc"])
+        record_property("retried_aucs", aucs)
+        warnings.warn(RetriedRun(
+            f"{model} {mode}: AUC {aucs[0]:.4f} against local {local['auc']:.4f} (bound "
+            f"±{AUC_GAP[mode]}), trained once more: {aucs[1]:.4f}"),
+            stacklevel=1)
     assert abs(aucs[-1] - local["auc"]) < AUC_GAP[mode], (model, mode, local["auc"], aucs)
 
 
