@@ -27,7 +27,7 @@ def run_dir_overrides(path: Path) -> list[str]:
 # A PS trainer's batch loss as its C++ loop prints it (runner.log_every_steps=1).
 BATCH_LOSS = re.compile(r"batch: \[\d+\], loss\[1\]:\[([^\]]+)\]")
 RESUMED = "resumed from"  # the driver's line once a checkpoint is restored
-RESTORED = "the model equals the checkpoint's"  # PsEngine.check_restored's line
+RESTORED = "the model equals the checkpoint's"  # recrunner.fleet.ps.check_restored's line
 
 
 def batch_losses(log: Path, since: str = "") -> list[float]:

@@ -146,3 +146,26 @@ def test_a_resumed_job_keeps_its_checkpoints_table_shards(tmp_path) -> None:
     fresh = load(["mode=ps", "model.sparse_feature_number=10007", f"runner.output_dir={run}"])
     assert resume_table_shards(fresh) == 2  # not resuming: the size decides
 
+
+
+def test_a_restore_that_is_not_the_checkpoints_model_fails(tmp_path) -> None:
+    import numpy as np
+
+    from recrunner.fleet.ps import check_restored
+    from recrunner.fleet.roles import DistError
+    from recrunner.train.checkpoint import Checkpoint
+
+    rng = np.random.default_rng(0)
+    saved = {"embedding.weight": rng.uniform(-0.05, 0.05, (100, 1, 8)).astype(np.float32),
+             "deep.0.bias": np.zeros(4, np.float32)}
+    ckpt = Checkpoint(tmp_path / "1", 1, {})
+    # As the servers load their text tables: 6 significant digits.
+    loaded = {k: np.array([float(f"{x:.6g}") for x in v.reshape(-1)], np.float32).reshape(
+        v.shape) for k, v in saved.items()}
+    check_restored(ckpt, saved, {**loaded, "embedding.weight": loaded["embedding.weight"][:, 0]})
+    fresh = {**loaded, "embedding.weight": rng.uniform(-0.05, 0.05, (100, 8))}
+    with pytest.raises(DistError, match=r"restored from .*/1 is not the one it saved: "
+                                        r"embedding.weight differs by"):
+        check_restored(ckpt, saved, fresh)
+    with pytest.raises(DistError, match="deep.0.bias"):
+        check_restored(ckpt, saved, {**loaded, "deep.0.bias": np.full(4, 1e-3, np.float32)})

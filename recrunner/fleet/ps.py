@@ -393,7 +393,7 @@ class PsEngine:
             self.resumed_geo = False
             # Every trainer its own copy (trainer 1's came through the servers at init_worker).
             table = self.paddle.static.global_scope().find_var(TABLE).get_tensor()
-            self.check_restored(ckpt, state, self.dense_state() | {TABLE_KEY: np.array(table)})
+            check_restored(ckpt, state.net, self.dense_state() | {TABLE_KEY: np.array(table)})
             self.group.barrier()  # before anyone trains: its merges would move the copies
             return
         ps_dir = ps_tables_dir(ckpt)
@@ -405,28 +405,8 @@ class PsEngine:
         self.pull_dense()
         # One trainer reads the servers back; the others wait: their pushes would move them.
         if self.group.is_writer:
-            self.check_restored(ckpt, state, self.net_state())
+            check_restored(ckpt, state.net, self.net_state())
         self.group.barrier()
-
-    def check_restored(self, ckpt: Checkpoint, saved: ModelState,
-                       now: dict[str, np.ndarray]) -> None:
-        """Fail unless the model this trainer now sees is `ckpt`'s (model.pdparams, read back
-        when it was saved): Paddle's load warns at most and leaves a table fresh."""
-        worst, where = 0.0, ""
-        for key, value in saved.net.items():
-            want = np.asarray(value, np.float32).reshape(-1)
-            got = np.asarray(now[key], np.float32).reshape(-1)
-            # Relative: the servers save their tables as text with 6 significant digits.
-            diff = float(np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-3),
-                                initial=0.0))
-            if diff > worst:
-                worst, where = diff, key
-        if worst > RESTORE_RTOL:
-            raise DistError(f"the model restored from {ckpt.path} is not the one it saved: "
-                            f"{where} differs by {worst:.2g} (relative); its tables did not "
-                            "load")
-        log.info("restored %s: the model equals the checkpoint's (largest relative "
-                 "difference %.1e, in %s)", ckpt.path, worst, where or "none")
 
     def export(self, export_dir: Path, extra: dict[str, Any], ckpt: Checkpoint) -> Path:
         """The export is the dygraph Net filled with the checkpoint's values (the servers'
@@ -440,6 +420,25 @@ class PsEngine:
         atomic.write_text(dist / rebuild.EXTRA, json.dumps(extra), "config")
         rebuild.rebuild_in_subprocess(self.out, ckpt.path / MODEL_FILE, self.cfg.mode.timeout_s)
         return export_dir
+
+
+def check_restored(ckpt: Checkpoint, saved: dict[str, Any],
+                   now: dict[str, np.ndarray]) -> None:
+    """Fail unless the model a trainer sees after a restore (`now`) is `ckpt`'s (`saved`: its
+    model.pdparams, read back when it was saved): Paddle's load warns at most and leaves a
+    table fresh."""
+    worst, where = 0.0, ""
+    for key, value in saved.items():
+        want = np.asarray(value, np.float32).reshape(-1)
+        got = np.asarray(now[key], np.float32).reshape(-1)
+        diff = float(np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-3), initial=0.0))
+        if diff > worst:
+            worst, where = diff, key
+    if worst > RESTORE_RTOL:
+        raise DistError(f"the model restored from {ckpt.path} is not the one it saved: "
+                        f"{where} differs by {worst:.2g} (relative); its tables did not load")
+    log.info("restored %s: the model equals the checkpoint's (largest relative difference "
+             "%.1e)", ckpt.path, worst)
 
 
 def ps_tables_dir(ckpt: Checkpoint) -> Path:
