@@ -35,3 +35,16 @@ def test_the_writer_is_shown_and_the_others_only_when_they_warn(tmp_path: Path) 
         f.write("ne\n")
     echo.poll()
     assert out.getvalue().splitlines()[3:] == [f"[{T}][recrunner.fleet][INFO] - half a line"]
+
+
+def test_an_earlier_jobs_lines_are_not_shown_again(tmp_path: Path) -> None:
+    """A resumed run's processes append to the logs of the run before it."""
+    log = tmp_path / "workerlog.0"
+    log.write_text(f"{T} trainer 0 recrunner.train INFO: epoch 1 step 4: auc=0.7\n")
+    out = io.StringIO()
+    echo = LogEcho(tmp_path, out)
+    with open(log, "a") as f:
+        f.write(f"{T} trainer 0 recrunner.train INFO: resumed from checkpoint 1\n")
+    echo.poll()
+    assert out.getvalue().splitlines() == [
+        f"[{T}][recrunner.train][INFO] - resumed from checkpoint 1"]

@@ -25,12 +25,21 @@ class LogEcho:
 
     def __init__(self, root: Path, out: TextIO | None = None) -> None:
         self.root, self.out = root, out
-        self.offsets: dict[Path, int] = {}
         self.partial: dict[Path, bytes] = {}
+        # What is there already is an earlier job's (a resumed run appends to its logs).
+        self.offsets: dict[Path, int] = {}
+        for path in self.logs():
+            try:
+                self.offsets[path] = path.stat().st_size
+            except OSError:
+                pass
+
+    def logs(self) -> list[Path]:
+        return sorted(p for pattern in LOGS for p in self.root.rglob(pattern))
 
     def poll(self) -> None:
         """Print the complete lines written since the last poll."""
-        for path in sorted(p for pattern in LOGS for p in self.root.rglob(pattern)):
+        for path in self.logs():
             try:
                 size = path.stat().st_size
                 if size <= self.offsets.get(path, 0):
