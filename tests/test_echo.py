@@ -11,6 +11,8 @@ T = "2026-11-28 00:07:28,636"
 
 
 def test_the_writer_is_shown_and_the_others_only_when_they_warn(tmp_path: Path) -> None:
+    out = io.StringIO()
+    echo = LogEcho(tmp_path, out)  # before the job writes
     node = tmp_path / "node1"
     node.mkdir()
     (tmp_path / "workerlog.0").write_text(
@@ -22,8 +24,6 @@ def test_the_writer_is_shown_and_the_others_only_when_they_warn(tmp_path: Path) 
         f"{T} trainer 1 recrunner.fleet INFO: epoch 1 step 4: auc=0.7\n"
         f"{T} trainer 1 recrunner.fleet WARNING: slow shard\n")
     (tmp_path / "serverlog.0").write_text(f"{T} server 0 recrunner.fleet ERROR: table full\n")
-    out = io.StringIO()
-    echo = LogEcho(tmp_path, out)
     echo.poll()
     assert out.getvalue().splitlines() == [
         f"[{T}][recrunner.fleet][WARNING] - trainer 1: slow shard",

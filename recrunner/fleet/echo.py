@@ -7,6 +7,7 @@ prints its own: every record of the writer trainer (trainer 0: evaluations, prog
 checkpoints, the export), and the warnings and errors of every other process, naming it.
 """
 
+import contextlib
 import re
 import sys
 from pathlib import Path
@@ -29,10 +30,8 @@ class LogEcho:
         # What is there already is an earlier job's (a resumed run appends to its logs).
         self.offsets: dict[Path, int] = {}
         for path in self.logs():
-            try:
+            with contextlib.suppress(OSError):
                 self.offsets[path] = path.stat().st_size
-            except OSError:
-                pass
 
     def logs(self) -> list[Path]:
         return sorted(p for pattern in LOGS for p in self.root.rglob(pattern))
