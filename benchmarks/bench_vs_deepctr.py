@@ -218,10 +218,10 @@ def run_recrunner(model: str, train: Path, test: Path, out: Path, threads: int,
 
 def run_deepctr(model: str, setup: str, arrays: Path, threads: int, flush_denormals: bool,
                 overrides: list[str]) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), quiet.CHILD: "1"}
     cmd = [sys.executable, __file__, "--worker", "--models", model, "--arrays", str(arrays),
            "--setup", setup, "--threads", str(threads),
-           *(["--flush-denormals"] if flush_denormals else []), "--under-load", *overrides]
+           *(["--flush-denormals"] if flush_denormals else []), *overrides]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise SystemExit(f"DeepCTR-Torch {model}: {proc.stderr.strip()[-2000:]}")

@@ -48,3 +48,13 @@ def test_a_quiet_machine_runs_unmarked(monkeypatch: pytest.MonkeyPatch,
     assert quiet.guard(argv=["bench_x.py"]) is False
     print('{"bench": "x"}')
     assert capsys.readouterr().out == '{"bench": "x"}\n'
+
+
+def test_a_benchmarks_own_worker_is_not_checked_again(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    """The parent checked the machine; the load its worker sees is the benchmark's own."""
+    monkeypatch.setattr(quiet, "load", lambda: 1.9)
+    monkeypatch.setenv(quiet.CHILD, "1")
+    assert quiet.guard(argv=["bench_x.py", "--worker"]) is False
+    print('{"bench": "x"}')
+    assert capsys.readouterr().out == '{"bench": "x"}\n'
