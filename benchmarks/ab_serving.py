@@ -35,7 +35,10 @@ def run_one(code: Path, export: Path, engine: str, protocols: list[str], batches
             requests: int, data: tuple[Any, Any, Any], name: str,
             profile: float = 0.0) -> dict[tuple[str, int], dict[str, Any]]:
     port, grpc_port = free_port(), free_port()
-    proc = start_server(export, port, engine, [f"serving.grpc_port={grpc_port}"], code)
+    # Older checkouts have no gRPC port: ask for one only when a protocol needs it.
+    grpc = [f"serving.grpc_port={grpc_port}"] if any(p.endswith("grpc") for p in protocols) \
+        else []
+    proc = start_server(export, port, engine, grpc, code)
     target = Target(proc.pid, f"http://127.0.0.1:{port}", f"127.0.0.1:{grpc_port}", name,
                     *data)
     out: dict[tuple[str, int], dict[str, Any]] = {}
@@ -66,6 +69,8 @@ def main() -> None:
                      2000, 3)
     p.add_argument("--profile", type=float, default=0.0,
                    help="seconds of py-spy on B's server in the first round")
+    p.add_argument("--old-export", type=Path,
+                   help="A's own export (of the same training by A's code); default: --export")
     args = p.parse_args()
     from recrunner.export import load_export
     from recrunner.serving.repository import export_name
@@ -75,8 +80,9 @@ def main() -> None:
     protocols, batches = args.protocols.split(","), [int(b) for b in args.batches.split(",")]
     runs: dict[str, list[dict[tuple[str, int], dict[str, Any]]]] = {"A": [], "B": []}
     for r in range(args.rounds):
-        for label, code in (("A", args.old.resolve()), ("B", HERE)):
-            runs[label].append(run_one(code, args.export, args.engine, protocols, batches,
+        for label, code, export in (("A", args.old.resolve(), args.old_export or args.export),
+                                    ("B", HERE, args.export)):
+            runs[label].append(run_one(code, export, args.engine, protocols, batches,
                                        args.requests, data, name,
                                        args.profile if label == "B" and r == 0 else 0.0))
     print(f"A = {args.old}, B = {HERE}; medians of {args.rounds} interleaved rounds; "

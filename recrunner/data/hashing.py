@@ -28,8 +28,10 @@ def _hash_bytes(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     h = np.full(len(starts), FNV_OFFSET, dtype=np.uint64) ^ np.asarray(salt, np.uint64)
     with np.errstate(over="ignore"):
         longest = int(lengths.max()) if len(lengths) else 0
+        # Once, not a reduction per byte position (most of a single row's hashing).
+        shortest = int(lengths.min()) if len(lengths) else 0
         for j in range(longest):
-            if lengths.min() > j:
+            if j < shortest:
                 h = (h ^ data[starts + j]) * FNV_PRIME
             else:  # only strings longer than j take another byte
                 live = lengths > j
