@@ -74,16 +74,17 @@ def resumed_losses(run: Path, logs: Path, overrides: list[str]) -> list[tuple[fl
 
 def assert_curve_goes_on(before: Path, after: Path) -> None:
     """The trainers' mean loss over the first 10 batches after the resume (`after`'s logs) is
-    near that of the last 10 before it (`before`'s: the run resumed), far from a fresh
-    model's over its first 10. The matrix's W&D, 2 trainers (fresh / last / resumed):
-    async 0.76 / 0.437 / 0.386-0.392 (an unbroken 2-epoch run: 0.387 at epoch 2's start);
-    geo 0.80 / 0.424 / 0.402."""
+    no worse than that of the last 10 before it (`before`'s: the run resumed; a second pass
+    over the same rows starts lower), and far below a fresh model's over its first 10. The
+    matrix's W&D, 2 trainers (fresh / last / resumed): async 0.76 / 0.437 / 0.386-0.392 and
+    0.717 / 0.483 / 0.373 (an unbroken 2-epoch run: 0.387 at epoch 2's start); geo 0.80 /
+    0.424 / 0.402. A resume from a fresh model would start near `fresh`."""
     pre = [batch_losses(before / f"workerlog.{rank}") for rank in (0, 1)]
     post = [batch_losses(after / f"workerlog.{rank}", RESUMED) for rank in (0, 1)]
     fresh = fmean(x for p in pre for x in p[:10])
     last = fmean(x for p in pre for x in p[-10:])
     resumed = fmean(x for p in post for x in p[:10])
-    assert abs(resumed - last) < 0.1 < fresh - resumed, (fresh, last, resumed)
+    assert resumed - last < 0.05 and fresh - resumed > 0.25, (fresh, last, resumed)
 
 
 def read_status(run: Path) -> dict[str, dict]:
