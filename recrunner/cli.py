@@ -42,6 +42,8 @@ COMMANDS: dict[str, Command] = {
     "status": Command("recrunner.commands.status", "phase and pods of the submitted PaddleJob"),
     "logs": Command("recrunner.commands.logs", "output of one PaddleJob pod (--role, --index)"),
     "delete": Command("recrunner.commands.delete", "remove the PaddleJob and its resources"),
+    "pipeline": Command("recrunner.commands.pipeline", "data, train, gate, promote, smoke: one "
+                        "gated run to a served model (cluster=k8s: an Argo Workflow)", True),
     "report": Command("recrunner.commands.report", "curves of runs or a sweep: png + html",
                       uses_config=False),
 }
@@ -180,10 +182,19 @@ def run_command(name: str, argv: Sequence[str]) -> int:
     flags, overrides = split_overrides(normalize_overrides(rest))
     if hasattr(module, "expand_overrides"):  # e.g. train's --paddlerec-config
         overrides = module.expand_overrides(args, overrides)
-    if args.config_file:
+    if args.config_file:  # a pod's (or the pipeline's) resolved config: no Hydra run
+        import logging
+
         from recrunner.config.compose import load_resolved
 
-        return module.run(load_resolved(args.config_file, overrides), args) or 0
+        cfg = load_resolved(args.config_file, overrides)
+        refuse_inline_credentials(cfg)
+        if hasattr(module, "check"):
+            module.check(cfg)
+        # Hydra's job logging format, on stderr: the pod's log shows what a local run shows.
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+        return module.run(cfg, args) or 0
 
     def check(cfg: RootConfig) -> RootConfig:
         """Fail fast with one line (typos, types, ranges, the command's own input checks)

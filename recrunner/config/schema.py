@@ -10,6 +10,7 @@ from recrunner.config.cluster import ClusterConfig
 from recrunner.config.dataset import DatasetConfig
 from recrunner.config.logger import LoggerConfig
 from recrunner.config.mode import ModeConfig
+from recrunner.config.pipeline import PipelineConfig
 from recrunner.config.runner import RunnerConfig
 from recrunner.config.serving import ServingConfig
 from recrunner.models import model_schemas
@@ -25,6 +26,7 @@ class RootConfig:
     serving: ServingConfig = field(default_factory=ServingConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
     def __post_init__(self) -> None:
         # Only the elastic engine knows its position within an epoch (recrunner.train.midepoch).

@@ -1,0 +1,38 @@
+"""`recrun pipeline`: data check, training, gate, promotion and smoke test, in one command
+(cluster=k8s: the same steps as an Argo Workflow, or a CronWorkflow with pipeline.schedule)."""
+
+import argparse
+
+from recrunner.config.pipeline import Step
+from recrunner.config.schema import RootConfig
+
+KEYS = ["runner.output_dir", "serving.model_dir", "serving.host", "serving.port",
+        "runner.target_auc", "pipeline.steps", "pipeline.max_regression", "pipeline.retries",
+        "pipeline.max_bad_row_share", "pipeline.max_p99_ms", "pipeline.serve",
+        "pipeline.schedule", "pipeline.canary_percent"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--step", choices=[str(s) for s in Step],
+                        help="run only this step (the workflow's containers do)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="cluster=k8s: print the Workflow (and what it needs); send nothing")
+    parser.add_argument("-o", "--output-dir", metavar="DIR",
+                        help="cluster=k8s: write one YAML file per resource into DIR")
+
+
+def check(cfg: RootConfig) -> None:
+    from recrunner.pipeline.steps import served_dir
+
+    if cfg.cluster.name == "local":
+        served_dir(cfg)
+
+
+def run(cfg: RootConfig, args: argparse.Namespace) -> int:
+    if cfg.cluster.name == "k8s" and not args.step:
+        from recrunner.pipeline.submit import submit
+
+        return submit(cfg, args)
+    from recrunner.pipeline.run import run_pipeline
+
+    return run_pipeline(cfg, Step(args.step) if args.step else None)
