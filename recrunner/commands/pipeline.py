@@ -15,6 +15,12 @@ KEYS = ["runner.output_dir", "serving.model_dir", "serving.host", "serving.port"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step", choices=[str(s) for s in Step],
                         help="run only this step (the workflow's containers do)")
+    parser.add_argument("--workflow", action="store_true",
+                        help="with --step: run as an Argo Workflow's step (the serving "
+                             "resource serves the model: no local server is started or told)")
+    parser.add_argument("--report", metavar="STATUS",
+                        help="print every step's decision and record the run's outcome "
+                             "(the workflow's exit handler passes {{workflow.status}})")
     parser.add_argument("--dry-run", action="store_true",
                         help="cluster=k8s: print the Workflow (and what it needs); send nothing")
     parser.add_argument("-o", "--output-dir", metavar="DIR",
@@ -24,15 +30,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check(cfg: RootConfig) -> None:
     from recrunner.pipeline.steps import served_dir
 
-    if cfg.cluster.name == "local":
+    if cfg.cluster.name == "local":  # a workflow's steps run in pods: paths are theirs
         served_dir(cfg)
 
 
 def run(cfg: RootConfig, args: argparse.Namespace) -> int:
+    from recrunner.errors import RecrunnerError
+
+    if args.workflow and not args.step:
+        raise RecrunnerError("--workflow goes with --step")
+    if args.report:
+        from recrunner.pipeline.run import report
+
+        return report(cfg, args.report)
     if cfg.cluster.name == "k8s" and not args.step:
         from recrunner.pipeline.submit import submit
 
         return submit(cfg, args)
+    if args.dry_run or args.output_dir:
+        raise RecrunnerError("--dry-run and -o render the Argo Workflow: add cluster=k8s")
     from recrunner.pipeline.run import run_pipeline
 
-    return run_pipeline(cfg, Step(args.step) if args.step else None)
+    return run_pipeline(cfg, Step(args.step) if args.step else None, args.workflow)

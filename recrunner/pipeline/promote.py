@@ -46,6 +46,12 @@ def run(ctx: Context) -> Outcome:
 
     cfg = ctx.cfg
     url = server.base_url(cfg)
+    if ctx.workflow:  # the serving resource already serves it (the release step)
+        publish(ctx.export, ctx.served)
+        version = content_version(ctx.served)
+        return Outcome(f"version {version} published to {ctx.served} (the champion the next "
+                       "run's gate compares with)", {"model_dir": str(ctx.served),
+                                                     "version": version})
     info = server.health(url)
     if info is not None:
         server.check_watches(cfg, url, info, ctx.served)

@@ -27,7 +27,8 @@ def model_digest(cfg: RootConfig) -> str:
     from recrunner.config.compose import plain
 
     data = {k: v for k, v in plain(cfg).items() if k not in NOT_THE_MODEL}
-    data.get("runner", {}).pop("resume", None)  # the pipeline sets it for retries
+    for key in ("resume", "output_dir"):  # set by the pipeline (retries, a workflow's pods)
+        data.get("runner", {}).pop(key, None)
     blob = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -32,11 +32,12 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
-def prepare(cfg: RootConfig) -> Context:
+def prepare(cfg: RootConfig, workflow: bool = False) -> Context:
     from recrunner.config.compose import to_yaml
 
-    served_dir(cfg)  # checked before anything runs
-    ctx = Context(cfg, Record.open(Path(cfg.runner.output_dir), cfg))
+    if not workflow:
+        served_dir(cfg)  # checked before anything runs
+    ctx = Context(cfg, Record.open(Path(cfg.runner.output_dir), cfg), workflow)
     ctx.work.mkdir(parents=True, exist_ok=True)
     atomic.write_text(ctx.config_file, to_yaml(cfg), "pipeline-config")
     return ctx
@@ -66,8 +67,8 @@ def run_step(ctx: Context, step: Step) -> Outcome | None:
     return outcome
 
 
-def run_pipeline(cfg: RootConfig, only: Step | None = None) -> int:
-    ctx = prepare(cfg)
+def run_pipeline(cfg: RootConfig, only: Step | None = None, workflow: bool = False) -> int:
+    ctx = prepare(cfg, workflow)
     record = ctx.record
     if record.status in FINISHED and only is None:
         say(f"pipeline: this run already ended {record.status} (exit {record.exit_code}; "
@@ -83,12 +84,27 @@ def run_pipeline(cfg: RootConfig, only: Step | None = None) -> int:
             record.finish("refused", TargetNotReached.exit_code)
             say(f"pipeline: refused at {step}; the served model is unchanged ({record.path})")
             return TargetNotReached.exit_code
-    if only is not None:
-        record.data["status"] = "running" if step != cfg.pipeline.ordered_steps()[-1] else (
-            "promoted" if Step.promote in cfg.pipeline.ordered_steps() else "passed")
-        record.save()
+    if only is not None:  # the workflow's exit handler records the outcome (report)
         return 0
     status = "promoted" if Step.promote in steps else "passed"
     record.finish(status, 0)
     say(f"pipeline: {status} in {time.monotonic() - t0:.1f} s ({record.path})")
+    return 0
+
+
+def report(cfg: RootConfig, workflow_status: str) -> int:
+    """Every step's decision, and the run's outcome from the workflow's status (Succeeded,
+    Failed, Error): the exit handler's output, and pipeline.json's final status."""
+    record = Record.open(Path(cfg.runner.output_dir), cfg)
+    for name, entry in record.data["steps"].items():
+        say(f"pipeline {name}: {entry.get('status')}: {entry.get('decision', '')}")
+    refused = any(e.get("status") == "refused" for e in record.data["steps"].values())
+    if workflow_status == "Succeeded":
+        status, code = "promoted", 0
+    elif refused:
+        status, code = "refused", TargetNotReached.exit_code
+    else:
+        status, code = "failed", 1
+    record.finish(status, code)
+    say(f"pipeline: {status} (workflow {workflow_status}; {record.path})")
     return 0

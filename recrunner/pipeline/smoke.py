@@ -30,13 +30,41 @@ def gate_auc(ctx: Context, version: str) -> float | None:
     return None
 
 
+def expected_version(ctx: Context) -> str | None:
+    """The version the server should answer with: the gate's challenger once it is released
+    (promoted here; in a workflow, the release step precedes this one)."""
+    gate = ctx.record.step("gate")
+    if gate.get("status") != "done" or not (ctx.workflow or ctx.record.done("promote")):
+        return None
+    return str((gate.get("details") or {}).get("challenger", {}).get("version"))
+
+
+def wait_for(url: str, version: str | None, timeout_s: float) -> dict[str, Any]:
+    """/healthz once the server at `url` answers ready (with `version`, when given)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    info = None
+    while time.monotonic() < deadline:
+        info = server.health(url)
+        if info and info.get("status") == "ready" and version in (None,
+                                                                   info.get("model_version")):
+            return info
+        time.sleep(1.0)
+    state = f"serves {info.get('model_version')}" if info else "does not answer"
+    raise StepFailed(f"pipeline smoke: the server at {url} {state} after "
+                     f"pipeline.swap_timeout_s={timeout_s:g} (expected version {version})")
+
+
 def run(ctx: Context) -> Outcome:
     from recrunner.serving import client
     from recrunner.train.metrics import auc
 
     cfg, p = ctx.cfg, ctx.cfg.pipeline
     url = server.base_url(cfg)
-    info = server.health(url)
+    expected = expected_version(ctx)
+    # A workflow's serving resource may still be rolling out the new revision: wait for it.
+    info = wait_for(url, expected, p.swap_timeout_s) if ctx.workflow else server.health(url)
     started = None
     if info is None:
         started = server.start(cfg, ctx.config_file, ctx.work / "smoke-serve.log", detach=False)
@@ -45,6 +73,9 @@ def run(ctx: Context) -> Outcome:
         server.check_watches(cfg, url, info, ctx.served)
     try:
         version = str(info.get("model_version"))
+        if expected and version != expected:
+            raise StepFailed(f"pipeline smoke: the server at {url} serves version {version}, "
+                             f"not the promoted {expected}")
         lines: list[bytes] = []
         labels: list[np.ndarray] = []
         for path in expand_paths(cfg.dataset.test):
@@ -67,21 +98,22 @@ def run(ctx: Context) -> Outcome:
         if started is not None:
             started.stop()
     stats = latency.summary()
-    expected = gate_auc(ctx, version)
+    gate_score = gate_auc(ctx, version)
     details: dict[str, Any] = {"url": url, "version": version, "rows": int(len(y)),
-                               "auc": served_auc, "gate_auc": expected,
+                               "auc": served_auc, "gate_auc": gate_score,
                                "p50_ms": stats["p50_ms"], "p99_ms": stats["p99_ms"],
                                "requests_per_s": stats["requests_per_s"],
                                "temporary_server": started is not None}
     if after != version:
         raise StepFailed(f"pipeline smoke: the server at {url} swapped from version {version} "
                          f"to {after} during the check: run it again")
-    if expected is None:
+    if gate_score is None:
         raise StepFailed(f"pipeline smoke: the server at {url} serves version {version}, which "
                          "the gate did not score (another model was published meanwhile?)")
-    if abs(served_auc - expected) > AUC_TOLERANCE:
+    if abs(served_auc - gate_score) > AUC_TOLERANCE:
         raise StepFailed(f"pipeline smoke: AUC through the server {served_auc:.8f} differs from "
-                         f"the gate's {expected:.8f} for version {version} (> {AUC_TOLERANCE:g})")
+                         f"the gate's {gate_score:.8f} for version {version} "
+                         f"(> {AUC_TOLERANCE:g})")
     if stats["p99_ms"] > p.max_p99_ms:
         raise StepFailed(f"pipeline smoke: p99 {stats['p99_ms']:.1f} ms over "
                          f"pipeline.max_p99_ms={p.max_p99_ms:g} ({p.smoke_requests} single-row "

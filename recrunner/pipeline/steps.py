@@ -15,6 +15,9 @@ CONFIG_FILE = "config.yaml"
 class Context:
     cfg: RootConfig
     record: Record
+    # An Argo Workflow's step: the serving resource serves the model (never a local server),
+    # and the smoke step checks the run's own export there.
+    workflow: bool = False
 
     @property
     def out(self) -> Path:
@@ -37,6 +40,8 @@ class Context:
     @property
     def served(self) -> Path:
         """The folder `recrun serve` watches (the champion, once promoted)."""
+        if self.workflow:  # the workflow names each step's folder (recrunner.pipeline.workflow)
+            return Path(str(self.cfg.serving.model_dir)).resolve()
         return served_dir(self.cfg)
 
 
