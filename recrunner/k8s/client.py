@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from recrunner.errors import RecrunnerError
-from recrunner.k8s.kinds import BY_NAME
+from recrunner.k8s import kinds
 from recrunner.k8s.secrets import scrub
 
 FIELD_MANAGER = "recrunner"
@@ -53,7 +53,7 @@ class Ref:
     @classmethod
     def to(cls, kind: str, name: str, namespace: str) -> "Ref":
         """An object of a kind in the table; cluster-scoped kinds drop the namespace."""
-        k = BY_NAME[kind]
+        k = kinds.row(kind)
         return cls(k.api_version, k.kind, name, namespace if k.namespaced else None)
 
     def __str__(self) -> str:
@@ -113,7 +113,7 @@ class Kube:
         from kubernetes.client.exceptions import ApiException
         from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-        install = getattr(BY_NAME.get(ref.kind), "install", None)
+        install = getattr(kinds.find(ref.kind), "install", None)
         if isinstance(exc, ResourceNotFoundError):  # discovery: no such kind on this server
             return RecrunnerError(
                 f"cannot {action} {ref}: the cluster does not serve {ref.kind} "

@@ -10,7 +10,7 @@ does when its own trainer died), and Volcano's minAvailable at min_nodes.
 
 import hashlib
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recrunner.config.cluster import Scheduler
 from recrunner.config.compose import to_yaml
@@ -18,6 +18,9 @@ from recrunner.config.mode import etcd_host_port
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
 from recrunner.fleet.etcd import launcher_job_id
+
+if TYPE_CHECKING:  # manifests imports this module: the types only
+    from recrunner.k8s.manifests import Names
 
 ETCD_IMAGE = "quay.io/coreos/etcd:v3.5.17"
 ETCD_PORT = 2379
@@ -110,18 +113,27 @@ def start_note(cfg: RootConfig, job: str) -> str | None:
             f"{el.min_nodes} (docs/distributed.md, Operator caveats)")
 
 
-def etcd_documents(job: str, namespace: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+def _etcd_meta(names: "Names") -> tuple[dict[str, Any], dict[str, str]]:
+    """(metadata, selector) of the etcd Deployment or Service. One selector object serves as
+    the labels and the selector (the YAML dump shows it as an anchor and aliases)."""
+    from recrunner.k8s.manifests import labels
+
+    selector = {**labels(names, "etcd"), "app.kubernetes.io/component": "etcd"}
+    return {"name": names.etcd, "namespace": names.namespace, "labels": selector}, selector
+
+
+def etcd_deployment(cfg: RootConfig, names: "Names") -> dict[str, Any] | None:
     """A one-member etcd for the job's rendezvous (its keys need no persistence: a restarted
-    etcd makes every node register again)."""
-    name = etcd_service_name(job)
-    selector = {**labels, "app.kubernetes.io/component": "etcd"}
-    meta = {"name": name, "namespace": namespace, "labels": selector}
+    etcd makes every node register again); None unless mode.elastic runs its own."""
+    if not names.etcd:
+        return None
+    meta, selector = _etcd_meta(names)
     url = f"http://0.0.0.0:{ETCD_PORT}"
     container = {
         "name": "etcd", "image": ETCD_IMAGE,
         "command": ["etcd", "--name", "rdzv", "--data-dir", "/var/run/etcd/data",
-                    "--listen-client-urls", url,
-                    "--advertise-client-urls", f"http://{name}.{namespace}.svc:{ETCD_PORT}"],
+                    "--listen-client-urls", url, "--advertise-client-urls",
+                    f"http://{names.etcd}.{names.namespace}.svc:{ETCD_PORT}"],
         "ports": [{"containerPort": ETCD_PORT, "name": "client"}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": ETCD_PORT}},
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
@@ -136,14 +148,20 @@ def etcd_documents(job: str, namespace: str, labels: dict[str, str]) -> list[dic
            "securityContext": {"runAsNonRoot": True, "runAsUser": ETCD_UID,
                                "runAsGroup": ETCD_UID, "fsGroup": ETCD_UID,
                                "seccompProfile": {"type": "RuntimeDefault"}}}
-    deployment = {
+    return {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
         "spec": {"replicas": 1, "selector": {"matchLabels": selector},
                  "template": {"metadata": {"labels": selector}, "spec": pod}},
     }
-    service = {
+
+
+def etcd_service(cfg: RootConfig, names: "Names") -> dict[str, Any] | None:
+    """The etcd's address, <name>.<namespace>.svc (None without the Deployment)."""
+    if not names.etcd:
+        return None
+    meta, selector = _etcd_meta(names)
+    return {
         "apiVersion": "v1", "kind": "Service", "metadata": meta,
         "spec": {"selector": selector,
                  "ports": [{"name": "client", "port": ETCD_PORT, "targetPort": ETCD_PORT}]},
     }
-    return [deployment, service]

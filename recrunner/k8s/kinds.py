@@ -1,14 +1,34 @@
-"""The one table of Kubernetes kinds recrunner renders: apply order, scope, delete policy.
+"""The one table of Kubernetes kinds recrunner renders or reads: a row says everything about a
+kind but its document.
 
-The dynamic client finds each kind's endpoint by discovery, so the table carries no URLs or
-plural names; it says what discovery cannot: the order (dependencies first; `recrun delete`
-goes backwards), whether `--keep-data` keeps it, what to install when a cluster lacks it, and
-which command creates it (`recrun submit` the job and its volumes, `recrun serve` the
-serving resource).
+Adding a kind is one row here and one builder:
+
+- the row: apiVersion, kind, plural (the API resource name: RBAC is rendered offline, where
+  discovery cannot supply it), its object's name (a function of `manifests.Names`), its
+  builder, the verbs a submitter needs on it, scope, whether `--keep-data` keeps it, what to
+  install when a cluster lacks it, and which command creates it;
+- the builder: a function of (cfg, names) (and of the keyword inputs its row lists, e.g. the
+  Secret's values) returning the kind's document, a list of them, or None when the config
+  does not need the kind. The row names it as "module:function" (".manifests:secret" is in
+  this package), imported on first use: builders import this module (the API versions), so
+  the table cannot import them.
+
+Table order is apply order (dependencies first; `recrun delete` goes backwards). Everything
+else reads the table at call time (so a test may patch it): `manifests.render` builds the
+submit rows, `serving.render` the serve row serving.k8s.kind picks, `ops.targets` names what
+`recrun delete` removes, `client.Ref` takes scope and install hints, and `rbac` renders the
+submitter's Role and ClusterRole (k8s/rbac.yaml) from every row's plural and verbs.
 """
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # manifests imports this module: the types only
+    from recrunner.k8s.manifests import Docs, Names
 
 PADDLE_API = "batch.paddlepaddle.org/v1"
 SAMPLE_API = "batch.paddlepaddle.org/v1alpha1"
@@ -18,39 +38,88 @@ OPERATOR_CRDS = "install the Paddle Operator CRDs (see k8s/README.md)"
 SERVING_CRDS = "install ElasticServing's PaddleService CRD (see k8s/README.md)"
 KSERVE_CRDS = "install KServe (its InferenceService CRD and controller; see k8s/README.md)"
 
+# Server-side apply is a PATCH that may create the object: it needs both patch and create.
+APPLY = ("get", "create", "patch", "delete")
+# Following objects: `recrun submit --wait` watches the PaddleJob, `recrun logs` reads pods.
+READ = ("get", "list", "watch")
+
+Builder = Callable[..., "Docs"]  # (cfg, names, **the row's inputs)
+NameOf = Callable[["Names"], str | None]
+
 
 class Creator(StrEnum):
     submit = "submit"
     serve = "serve"
 
 
+def unnamed(names: "Names") -> None:
+    """The name of a kind recrunner reads but never names (the operator's pods)."""
+    return None
+
+
 @dataclass(frozen=True)
 class Kind:
     api_version: str
     kind: str
+    plural: str  # the API resource, as RBAC rules name it
+    name: NameOf = unnamed  # its object's name (None: the config renders none)
+    builder: str | None = None  # "module:function" (".module": in recrunner.k8s)
+    inputs: tuple[str, ...] = ()  # keyword arguments its builder takes besides (cfg, names)
+    verbs: tuple[str, ...] = APPLY  # what the submitter may do to it (k8s/rbac.yaml)
+    subresources: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (name, verbs), e.g. pods/log
     namespaced: bool = True
     keep_data: bool = False  # `recrun delete --keep-data` leaves it (cache, model volume)
     install: str | None = None  # a custom resource: what to install when it is not served
-    creator: Creator = Creator.submit
+    creator: Creator | None = Creator.submit  # None: created by others, only read
 
 
 KINDS = (
-    Kind("v1", "Secret", keep_data=True),
-    Kind("v1", "PersistentVolume", namespaced=False, keep_data=True),
-    Kind("v1", "PersistentVolumeClaim", keep_data=True),
-    Kind("v1", "ConfigMap"),
-    Kind(SAMPLE_API, "SampleSet", keep_data=True, install=OPERATOR_CRDS),
-    Kind(SAMPLE_API, "SampleJob", install=OPERATOR_CRDS),
+    Kind("v1", "Secret", "secrets", attrgetter("created_secret"), ".manifests:secret",
+         inputs=("secret_data",), keep_data=True),
+    Kind("v1", "PersistentVolume", "persistentvolumes", attrgetter("pv"),
+         ".manifests:persistent_volume", namespaced=False, keep_data=True),
+    Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims", attrgetter("pvc"),
+         ".manifests:persistent_volume_claim", keep_data=True),
+    Kind("v1", "ConfigMap", "configmaps", attrgetter("configmap"), ".manifests:configmap"),
+    Kind(SAMPLE_API, "SampleSet", "samplesets", attrgetter("sampleset"), ".manifests:sampleset",
+         keep_data=True, install=OPERATOR_CRDS),
+    Kind(SAMPLE_API, "SampleJob", "samplejobs", attrgetter("samplejob"), ".manifests:samplejob",
+         install=OPERATOR_CRDS),
     # mode.elastic without mode.elastic.etcd: the job's own etcd (recrunner.k8s.elastic).
-    Kind("apps/v1", "Deployment"),
-    Kind("v1", "Service"),
-    Kind(PADDLE_API, "PaddleJob", install=OPERATOR_CRDS),
+    Kind("apps/v1", "Deployment", "deployments", attrgetter("etcd"), ".elastic:etcd_deployment"),
+    Kind("v1", "Service", "services", attrgetter("etcd"), ".elastic:etcd_service"),
+    Kind(PADDLE_API, "PaddleJob", "paddlejobs", attrgetter("job"),
+         ".manifests:submitted_paddlejob", verbs=APPLY + ("list", "watch"), install=OPERATOR_CRDS),
     # `recrun serve cluster=k8s`: one of these, by serving.k8s.kind.
-    Kind(SERVING_API, "PaddleService", install=SERVING_CRDS, creator=Creator.serve),
-    Kind(KSERVE_API, "InferenceService", install=KSERVE_CRDS, creator=Creator.serve),
+    Kind(SERVING_API, "PaddleService", "paddleservices", attrgetter("serving"),
+         ".serving:paddleservice", install=SERVING_CRDS, creator=Creator.serve),
+    Kind(KSERVE_API, "InferenceService", "inferenceservices", attrgetter("serving"),
+         ".serving:inferenceservice", install=KSERVE_CRDS, creator=Creator.serve),
+    # The operator's pods: `recrun logs` (and kubectl get pods while debugging).
+    Kind("v1", "Pod", "pods", verbs=READ, subresources=(("log", ("get",)),), creator=None),
 )
-BY_NAME = {k.kind: k for k in KINDS}
-# What `recrun submit` applies, in this order.
-SUBMIT_ORDER = tuple(k.kind for k in KINDS if k.creator == Creator.submit)
-# The kinds `recrun serve` may create (serving.k8s.kind chooses one).
-SERVING_KINDS = tuple(k.kind for k in KINDS if k.creator == Creator.serve)
+
+
+def find(kind: str) -> Kind | None:
+    return next((k for k in KINDS if k.kind == kind), None)
+
+
+def row(kind: str) -> Kind:
+    found = find(kind)
+    if found is None:
+        raise KeyError(f"{kind} is not in the kinds table (recrunner/k8s/kinds.py)")
+    return found
+
+
+def created_by(creator: Creator) -> tuple[Kind, ...]:
+    """The kinds a command creates, in apply order."""
+    return tuple(k for k in KINDS if k.creator == creator)
+
+
+def builder(kind: Kind) -> Builder:
+    """The row's builder, imported now (see the module docstring)."""
+    if kind.builder is None:
+        raise LookupError(f"{kind.kind} has no builder: recrunner does not create it")
+    module, _, function = kind.builder.partition(":")
+    built: Any = getattr(importlib.import_module(module, __package__), function)
+    return built

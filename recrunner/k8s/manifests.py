@@ -1,10 +1,13 @@
-"""Kubernetes documents built from the config as plain dicts, one function per kind.
+"""Kubernetes documents built from the config as plain dicts, one builder per kind.
 
 Nothing here talks to a server or reads secrets: `render` takes the Secret's values (or none)
-and returns the documents in apply order.
+and returns the documents in apply order, walking the kinds table (recrunner.k8s.kinds), whose
+rows name their builders: each takes (cfg, names) and returns a document, a list of them, or
+None when the config needs no such object.
 """
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -14,8 +17,8 @@ import yaml
 from recrunner.config.cluster import ClusterConfig, RoleResources, Scheduler, Toleration
 from recrunner.config.mode import ModeName
 from recrunner.config.schema import RootConfig
-from recrunner.k8s import elastic, pods
-from recrunner.k8s.kinds import PADDLE_API, SAMPLE_API, SUBMIT_ORDER
+from recrunner.k8s import elastic, kinds, pods
+from recrunner.k8s.kinds import PADDLE_API, SAMPLE_API, Creator, Kind
 from recrunner.k8s.validate import to_dns_label
 
 APP = "recrunner"
@@ -31,13 +34,18 @@ class Names:
     namespace: str
     job: str
     configmap: str
-    secret: str
+    secret: str  # the JuiceFS Secret the volumes use
     pv: str
     pvc: str
     sampleset: str | None
     samplejob: str | None
     serving: str  # the PaddleService / InferenceService of `recrun serve`
     etcd: str | None = None  # mode.elastic's own etcd Deployment and Service
+    created_secret: str | None = None  # `secret`, unless an existing one (create_secret=false)
+
+
+Doc = dict[str, Any]
+Docs = Doc | list[Doc] | None  # what a builder returns (None: the config needs no such object)
 
 
 def job_name(cfg: RootConfig) -> str:
@@ -53,12 +61,13 @@ def names_for(cfg: RootConfig) -> Names:
     job = job_name(cfg)
     ss = cfg.dataset.sampleset
     has_job = bool(ss.name) and ss.job != "none"
+    secret = c.juicefs.secret_name or f"{job}-juicefs"
     return Names(
         namespace=c.namespace,
         job=job,
         # Not <job>: the operator creates a ConfigMap named after the job for its endpoints.
         configmap=f"{job}-config",
-        secret=c.juicefs.secret_name or f"{job}-juicefs",
+        secret=secret,
         # PersistentVolumes are cluster-wide: the namespace keeps them apart.
         pv=f"{c.namespace}-{job}-models",
         pvc=f"{job}-models",
@@ -67,6 +76,7 @@ def names_for(cfg: RootConfig) -> Names:
         serving=serving_name(cfg),
         etcd=elastic.etcd_service_name(job) if cfg.mode.elastic.enabled
         and cfg.mode.elastic.etcd is None else None,
+        created_secret=secret if c.juicefs.create_secret else None,
     )
 
 
@@ -114,9 +124,9 @@ def config_yaml(cfg: RootConfig) -> str:
     return to_yaml(pod_config(cfg))
 
 
-# --- one function per kind -----------------------------------------------------------------
+# --- one builder per kind (the kinds table names them) ------------------------------------
 
-def configmap(cfg: RootConfig, names: Names) -> dict[str, Any]:
+def configmap(cfg: RootConfig, names: Names) -> Doc:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -125,18 +135,21 @@ def configmap(cfg: RootConfig, names: Names) -> dict[str, Any]:
     }
 
 
-def secret(names: Names, data: dict[str, str]) -> dict[str, Any]:
+def secret(cfg: RootConfig, names: Names, secret_data: Mapping[str, str] | None) -> Doc | None:
+    """`secret_data` None: the Secret exists already (or is not known yet)."""
+    if secret_data is None:
+        return None
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": metadata(names.secret, names, "juicefs-secret"),
         "type": "Opaque",
-        "stringData": dict(data),
+        "stringData": dict(secret_data),
     }
 
 
-def persistent_volume(cluster: ClusterConfig, names: Names) -> dict[str, Any]:
-    jfs = cluster.juicefs
+def persistent_volume(cfg: RootConfig, names: Names) -> Doc:
+    jfs = cfg.cluster.juicefs
     options = list(jfs.mount_options)
     if jfs.sub_dir:
         options.append(f"subdir=/{jfs.sub_dir.strip('/')}")
@@ -163,7 +176,7 @@ def persistent_volume(cluster: ClusterConfig, names: Names) -> dict[str, Any]:
     }
 
 
-def persistent_volume_claim(cluster: ClusterConfig, names: Names) -> dict[str, Any]:
+def persistent_volume_claim(cfg: RootConfig, names: Names) -> Doc:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
@@ -174,7 +187,7 @@ def persistent_volume_claim(cluster: ClusterConfig, names: Names) -> dict[str, A
             # "" disables dynamic provisioning; volumeName binds exactly our static PV.
             "storageClassName": "",
             "volumeName": names.pv,
-            "resources": {"requests": {"storage": cluster.juicefs.capacity}},
+            "resources": {"requests": {"storage": cfg.cluster.juicefs.capacity}},
         },
     }
 
@@ -188,9 +201,11 @@ def _tolerations(items: list[Toleration]) -> list[dict[str, Any]]:
     return out
 
 
-def sampleset(cfg: RootConfig, names: Names) -> dict[str, Any]:
+def sampleset(cfg: RootConfig, names: Names) -> Doc | None:
     from recrunner.k8s.validate import parse_quantity
 
+    if not names.sampleset:
+        return None
     ss = cfg.dataset.sampleset
     mib = int(parse_quantity("dataset.sampleset.cache_quota", ss.cache_quota) / 2**20)
     spec: dict[str, Any] = {"partitions": ss.partitions}
@@ -216,12 +231,14 @@ def sampleset(cfg: RootConfig, names: Names) -> dict[str, Any]:
     return {
         "apiVersion": SAMPLE_API,
         "kind": "SampleSet",
-        "metadata": metadata(str(names.sampleset), names, "sampleset"),
+        "metadata": metadata(names.sampleset, names, "sampleset"),
         "spec": spec,
     }
 
 
-def samplejob(cfg: RootConfig, names: Names) -> dict[str, Any]:
+def samplejob(cfg: RootConfig, names: Names) -> Doc | None:
+    if not names.samplejob:
+        return None
     ss = cfg.dataset.sampleset
     spec: dict[str, Any] = {"type": ss.job, "sampleSetRef": {"name": names.sampleset}}
     if ss.job == "sync":
@@ -230,7 +247,7 @@ def samplejob(cfg: RootConfig, names: Names) -> dict[str, Any]:
     return {
         "apiVersion": SAMPLE_API,
         "kind": "SampleJob",
-        "metadata": metadata(str(names.samplejob), names, "samplejob"),
+        "metadata": metadata(names.samplejob, names, "samplejob"),
         "spec": spec,
     }
 
@@ -310,7 +327,8 @@ def pod_template(cfg: RootConfig, names: Names, role: str) -> dict[str, Any]:
     return {"metadata": {"labels": labels(names, role)}, "spec": spec}
 
 
-def paddlejob(cfg: RootConfig, names: Names) -> dict[str, Any]:
+def paddlejob(cfg: RootConfig, names: Names) -> Doc:
+    """The PaddleJob's own document (`submitted_paddlejob` adapts it for mode.elastic)."""
     c = cfg.cluster
     roles = job_roles(cfg)
     spec: dict[str, Any] = {
@@ -338,25 +356,36 @@ def paddlejob(cfg: RootConfig, names: Names) -> dict[str, Any]:
     }
 
 
-def render(cfg: RootConfig, secret_data: dict[str, str] | None) -> list[dict[str, Any]]:
-    """All documents in apply order; `secret_data` None: the Secret already exists."""
-    names = names_for(cfg)
-    docs: list[dict[str, Any]] = []
-    if secret_data is not None:
-        docs.append(secret(names, secret_data))
-    docs += [persistent_volume(cfg.cluster, names), persistent_volume_claim(cfg.cluster, names),
-             configmap(cfg, names)]
-    if names.sampleset:
-        docs.append(sampleset(cfg, names))
-    if names.samplejob:
-        docs.append(samplejob(cfg, names))
-    job = paddlejob(cfg, names)
+def submitted_paddlejob(cfg: RootConfig, names: Names) -> Doc:
+    """The PaddleJob `recrun submit` applies: under mode.elastic its workers are elastic nodes."""
+    doc = paddlejob(cfg, names)
     if cfg.mode.elastic.enabled:
-        elastic.adapt_paddlejob(cfg, job, names.namespace)
-        if names.etcd:
-            docs += elastic.etcd_documents(names.job, names.namespace, labels(names, "etcd"))
-    docs.append(job)
-    return sorted(docs, key=lambda doc: SUBMIT_ORDER.index(doc["kind"]))  # the table decides
+        elastic.adapt_paddlejob(cfg, doc, names.namespace)
+    return doc
+
+
+# --- the table walked ----------------------------------------------------------------------
+
+def documents(kind: Kind, cfg: RootConfig, names: Names, **inputs: Any) -> list[Doc]:
+    """What the row's builder returns, as a list; `inputs`: its row's extra inputs (more may
+    be given: each builder gets those its row names)."""
+    built = kinds.builder(kind)(cfg, names, **{key: inputs[key] for key in kind.inputs})
+    docs = [] if built is None else built if isinstance(built, list) else [built]
+    if any(doc["kind"] != kind.kind for doc in docs):  # the table's order is the apply order
+        raise TypeError(f"the builder {kind.builder} of {kind.kind} returned another kind")
+    return docs
+
+
+def build(creator: Creator, cfg: RootConfig, names: Names, **inputs: Any) -> list[Doc]:
+    """Every document the command `creator` creates, in apply order."""
+    return [doc for kind in kinds.created_by(creator)
+            for doc in documents(kind, cfg, names, **inputs)]
+
+
+def render(cfg: RootConfig, secret_data: Mapping[str, str] | None) -> list[Doc]:
+    """All documents `recrun submit` applies, in apply order; `secret_data` None: the Secret
+    already exists."""
+    return build(Creator.submit, cfg, names_for(cfg), secret_data=secret_data)
 
 
 class _Dumper(yaml.SafeDumper):

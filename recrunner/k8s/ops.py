@@ -9,10 +9,10 @@ from typing import Any
 
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
-from recrunner.k8s import elastic, manifests, secrets, validate
+from recrunner.k8s import elastic, kinds, manifests, secrets, validate
 from recrunner.k8s import serving as serving_k8s
 from recrunner.k8s.client import Ref
-from recrunner.k8s.kinds import BY_NAME, SUBMIT_ORDER
+from recrunner.k8s.kinds import Creator
 from recrunner.k8s.manifests import Names
 
 
@@ -128,20 +128,16 @@ def targets(cfg: RootConfig, names: Names, keep_data: bool, job: bool = True,
     """What `recrun delete` removes: the serving resource (`serving`; first: it reads the
     model volume), then what submit applies (`job`), in reverse order.
 
-    A Secret recrunner did not create (cluster.juicefs.create_secret=false) is left alone;
-    keep_data also keeps the kinds the table marks (the SampleSet cache, the model volume and
-    its Secret).
+    Each row of the table names its object (none: the config renders none, e.g. a Secret
+    recrunner did not create); keep_data also keeps the kinds the table marks (the SampleSet
+    cache, the model volume and its Secret).
     """
     refs = [serving_ref(cfg, names)] if serving else []
     if not job:
         return refs
-    created = {"Secret": names.secret if cfg.cluster.juicefs.create_secret else None,
-               "PersistentVolume": names.pv, "PersistentVolumeClaim": names.pvc,
-               "ConfigMap": names.configmap, "SampleSet": names.sampleset,
-               "SampleJob": names.samplejob, "Deployment": names.etcd, "Service": names.etcd,
-               "PaddleJob": names.job}
-    return refs + [Ref.to(kind, name, names.namespace) for kind in reversed(SUBMIT_ORDER)
-                   if (name := created[kind]) and not (keep_data and BY_NAME[kind].keep_data)]
+    rows = reversed(kinds.created_by(Creator.submit))
+    return refs + [Ref.to(k.kind, name, names.namespace) for k in rows
+                   if (name := k.name(names)) and not (keep_data and k.keep_data)]
 
 
 def note(text: str) -> None:

@@ -1,4 +1,4 @@
-"""The serving resource of `recrun serve cluster=k8s`, one builder per kind of the table.
+"""The serving resource of `recrun serve cluster=k8s`: the builders of the table's serve rows.
 
 Both run `recrun serve` on the export: an ElasticServing PaddleService (its controller builds
 the Knative service from a bash command line) or a KServe InferenceService with a custom
@@ -15,10 +15,12 @@ from typing import Any
 from recrunner.config.schema import RootConfig
 from recrunner.config.serving import ServingKind
 from recrunner.errors import RecrunnerError
-from recrunner.k8s import pods
+from recrunner.k8s import kinds, pods
 from recrunner.k8s.kinds import KSERVE_API, SERVING_API
 from recrunner.k8s.manifests import (
+    Doc,
     Names,
+    documents,
     metadata,
     names_for,
     pod_config,
@@ -127,7 +129,7 @@ def _resources(cfg: RootConfig) -> dict[str, Any]:
     return resources(k.cpu, k.memory, k.cpu_limit, k.memory_limit)
 
 
-def paddleservice(cfg: RootConfig, names: Names) -> dict[str, Any]:
+def paddleservice(cfg: RootConfig, names: Names) -> Doc:
     """ElasticServing runs `bash -c <arg>` in a Knative service it builds; its CRD has no
     securityContext, so these pods are as restricted as the namespace's defaults make them."""
     k = cfg.serving.k8s
@@ -165,7 +167,7 @@ def paddleservice(cfg: RootConfig, names: Names) -> dict[str, Any]:
     }
 
 
-def inferenceservice(cfg: RootConfig, names: Names) -> dict[str, Any]:
+def inferenceservice(cfg: RootConfig, names: Names) -> Doc:
     """A custom predictor: our container, KServe's autoscaling, routing and storage."""
     c, k = cfg.cluster, cfg.serving.k8s
     tmp_mount, tmp_volume = pods.tmp_volume(c.security_context)
@@ -212,12 +214,9 @@ def inferenceservice(cfg: RootConfig, names: Names) -> dict[str, Any]:
     }
 
 
-BUILDERS = {ServingKind.PaddleService: paddleservice,
-            ServingKind.InferenceService: inferenceservice}
-
-
-def render(cfg: RootConfig) -> dict[str, Any]:
-    """The serving resource the config chooses (serving.k8s.kind), checked but not validated
-    against its schema (ops.render_serving does both)."""
+def render(cfg: RootConfig) -> Doc:
+    """The serving resource the config chooses (serving.k8s.kind, a serve row of the kinds
+    table), checked but not validated against its schema (ops.render_serving does both)."""
     validate_serving(cfg)
-    return BUILDERS[cfg.serving.k8s.kind](cfg, names_for(cfg))
+    (doc,) = documents(kinds.row(str(cfg.serving.k8s.kind)), cfg, names_for(cfg))
+    return doc
