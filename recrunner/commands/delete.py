@@ -19,7 +19,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="remove only the serving resource (serving.k8s.kind) of "
                             "`recrun serve cluster=k8s`")
     which.add_argument("--all", action="store_true",
-                       help="remove the serving resource too, then the job's resources")
+                       help="remove the pipeline's runs and the serving resource too, then the "
+                            "job's resources")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="remove the runs of `recrun pipeline cluster=k8s`, its "
+                             "CronWorkflow and its ServiceAccount, Role and RoleBinding")
 
 
 def run(cfg: RootConfig, args: argparse.Namespace) -> int:
@@ -29,6 +33,13 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
 
     names = ops.validate_names(cfg)
     kube = Kube(cfg.cluster.context, secrets=known_values(cfg.cluster.juicefs))
+    if args.pipeline or args.all:  # first: a running workflow would recreate the job
+        from recrunner.pipeline.cluster import delete
+
+        for line in delete(kube, names):
+            print(line)
+        if args.pipeline and not args.all:
+            return 0
     for ref in ops.targets(cfg, names, args.keep_data, job=not args.serving,
                            serving=args.serving or args.all):
         print(f"{ref} {kube.delete(ref)}")

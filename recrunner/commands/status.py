@@ -1,5 +1,6 @@
-"""`recrun status cluster=k8s`: the PaddleJob's phase and its pods per role, the SampleSet,
-and the serving resource of `recrun serve cluster=k8s` (serving.k8s.kind)."""
+"""`recrun status cluster=k8s`: the pipeline's runs and steps (`recrun pipeline cluster=k8s`),
+the PaddleJob's phase and its pods per role, the SampleSet, and the serving resource of
+`recrun serve cluster=k8s` (serving.k8s.kind)."""
 
 import argparse
 from typing import Any
@@ -66,11 +67,14 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     job = kube.get(ref)
     serve_ref = ops.serving_ref(cfg, names)
     served = kube.get(serve_ref, kind_optional=True)
-    if job is None and served is None:
+    from recrunner.pipeline.cluster import status_lines
+
+    pipeline = status_lines(kube, names)  # `recrun pipeline cluster=k8s`: its runs and steps
+    if job is None and served is None and not pipeline:
         raise RecrunnerError(f"{ref} not found in namespace {names.namespace}: submit it with "
                              "`recrun submit cluster=k8s` (same overrides); no "
                              f"{serve_ref} either (`recrun serve cluster=k8s` creates it)")
-    lines = job_lines(cfg, ref, job) if job is not None else [f"{ref}  not found"]
+    lines = pipeline + (job_lines(cfg, ref, job) if job is not None else [f"{ref}  not found"])
     if names.sampleset:
         ss = kube.get(Ref.to("SampleSet", names.sampleset, names.namespace))
         if ss is None:

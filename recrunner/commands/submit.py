@@ -1,8 +1,6 @@
 """`recrun submit cluster=k8s`: render the PaddleJob and its resources, then apply or print them."""
 
 import argparse
-import sys
-from pathlib import Path
 
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
@@ -26,7 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     from recrunner.k8s import ops
     from recrunner.k8s.client import FAILED, SUCCEEDED, Kube, Ref
-    from recrunner.k8s.manifests import dump_all
 
     offline = args.dry_run or args.output_dir
     if args.wait and offline:
@@ -37,15 +34,7 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
         ops.note(text)
     names = rendered.names
     if offline:
-        docs = rendered.docs if args.show_secrets else ops.redacted(rendered.docs)
-        if args.output_dir:
-            for path in ops.write_dir(docs, Path(args.output_dir)):
-                print(path, file=sys.stderr)
-        else:
-            sys.stdout.write(dump_all(docs))
-        if rendered.secret_values and not args.show_secrets:
-            ops.note(f"Secret {names.secret}: credentials shown as <redacted> (--show-secrets "
-                     "prints them); `recrun submit` without --dry-run creates it for real")
+        ops.emit_offline(rendered, args.output_dir, args.show_secrets, "recrun submit")
         return 0
 
     kube = Kube(cfg.cluster.context, secrets=rendered.secret_values)

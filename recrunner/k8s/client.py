@@ -217,6 +217,25 @@ class Kube:
                 return None
             raise self._error(exc, "read", ref) from exc
 
+    def list(self, kind: str, namespace: str, labels: dict[str, str],
+             kind_optional: bool = False) -> list[dict[str, Any]]:
+        """The objects of a kind of the table carrying `labels`, oldest first (`kind_optional`:
+        none when the cluster does not serve the kind, e.g. Argo is not installed)."""
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+        ref = Ref.to(kind, f"(labels {labels})", namespace)
+        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        try:
+            resp = self._resource(ref).get(namespace=ref.namespace, label_selector=selector,
+                                           serialize=False)
+        except Exception as exc:
+            if kind_optional and isinstance(exc, ResourceNotFoundError):
+                return []
+            raise self._error(exc, "list", ref) from exc
+        items = json.loads(resp.data).get("items") or []
+        return sorted(items, key=lambda o: (o["metadata"].get("creationTimestamp") or "",
+                                            o["metadata"]["name"]))
+
     # --- PaddleJob -------------------------------------------------------------------------
 
     def wait(self, ref: Ref, timeout_s: float | None,

@@ -37,6 +37,9 @@ KSERVE_API = "serving.kserve.io/v1beta1"
 OPERATOR_CRDS = "install the Paddle Operator CRDs (see k8s/README.md)"
 SERVING_CRDS = "install ElasticServing's PaddleService CRD (see k8s/README.md)"
 KSERVE_CRDS = "install KServe (its InferenceService CRD and controller; see k8s/README.md)"
+ARGO_API = "argoproj.io/v1alpha1"
+ARGO_CRDS = "install Argo Workflows (its CRDs and controller; see k8s/README.md)"
+PIPELINE = "recrunner.pipeline.workflow"
 
 # Server-side apply is a PATCH that may create the object: it needs both patch and create.
 APPLY = ("get", "create", "patch", "delete")
@@ -50,6 +53,7 @@ NameOf = Callable[["Names"], str | None]
 class Creator(StrEnum):
     submit = "submit"
     serve = "serve"
+    pipeline = "pipeline"  # `recrun pipeline cluster=k8s`, besides submit's volumes and config
 
 
 def unnamed(names: "Names") -> None:
@@ -71,6 +75,8 @@ class Kind:
     keep_data: bool = False  # `recrun delete --keep-data` leaves it (cache, model volume)
     install: str | None = None  # a custom resource: what to install when it is not served
     creator: Creator | None = Creator.submit  # None: created by others, only read
+    # Named when submitted (one per run: Workflows), so found by their labels, not `name`.
+    per_run: bool = False
 
 
 KINDS = (
@@ -84,7 +90,7 @@ KINDS = (
     Kind(SAMPLE_API, "SampleSet", "samplesets", attrgetter("sampleset"), ".manifests:sampleset",
          keep_data=True, install=OPERATOR_CRDS),
     Kind(SAMPLE_API, "SampleJob", "samplejobs", attrgetter("samplejob"), ".manifests:samplejob",
-         install=OPERATOR_CRDS),
+         verbs=APPLY + ("list", "watch"), install=OPERATOR_CRDS),
     # mode.elastic without mode.elastic.etcd: the job's own etcd (recrunner.k8s.elastic).
     Kind("apps/v1", "Deployment", "deployments", attrgetter("etcd"), ".elastic:etcd_deployment"),
     Kind("v1", "Service", "services", attrgetter("etcd"), ".elastic:etcd_service"),
@@ -95,6 +101,23 @@ KINDS = (
          ".serving:paddleservice", install=SERVING_CRDS, creator=Creator.serve),
     Kind(KSERVE_API, "InferenceService", "inferenceservices", attrgetter("serving"),
          ".serving:inferenceservice", install=KSERVE_CRDS, creator=Creator.serve),
+    # `recrun pipeline cluster=k8s`: the workflow's identity and least-privilege Role, then
+    # the Workflow (one per run, named when submitted) or the CronWorkflow that starts them.
+    Kind("v1", "ServiceAccount", "serviceaccounts", attrgetter("pipeline"),
+         f"{PIPELINE}:service_account", creator=Creator.pipeline),
+    Kind("rbac.authorization.k8s.io/v1", "Role", "roles", attrgetter("pipeline"),
+         f"{PIPELINE}:role", creator=Creator.pipeline),
+    Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", attrgetter("pipeline"),
+         f"{PIPELINE}:role_binding", creator=Creator.pipeline),
+    Kind(ARGO_API, "Workflow", "workflows", builder=f"{PIPELINE}:workflow",
+         inputs=("workflow_name",), verbs=APPLY + ("list",), install=ARGO_CRDS,
+         creator=Creator.pipeline, per_run=True),
+    Kind(ARGO_API, "CronWorkflow", "cronworkflows", attrgetter("pipeline"),
+         f"{PIPELINE}:cron_workflow", install=ARGO_CRDS, creator=Creator.pipeline),
+    # Argo's executor records each step's outputs in one (the workflow's pods need create and
+    # patch; the submitter holds them so that it may grant them).
+    Kind(ARGO_API, "WorkflowTaskResult", "workflowtaskresults", verbs=("create", "patch"),
+         install=ARGO_CRDS, creator=None),
     # The operator's pods: `recrun logs` (and kubectl get pods while debugging).
     Kind("v1", "Pod", "pods", verbs=READ, subresources=(("log", ("get",)),), creator=None),
 )

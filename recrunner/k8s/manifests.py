@@ -42,6 +42,8 @@ class Names:
     serving: str  # the PaddleService / InferenceService of `recrun serve`
     etcd: str | None = None  # mode.elastic's own etcd Deployment and Service
     created_secret: str | None = None  # `secret`, unless an existing one (create_secret=false)
+    # `recrun pipeline`'s CronWorkflow, ServiceAccount, Role, RoleBinding (Workflows: <this>-<time>)
+    pipeline: str = ""
 
 
 Doc = dict[str, Any]
@@ -77,6 +79,7 @@ def names_for(cfg: RootConfig) -> Names:
         etcd=elastic.etcd_service_name(job) if cfg.mode.elastic.enabled
         and cfg.mode.elastic.etcd is None else None,
         created_secret=secret if c.juicefs.create_secret else None,
+        pipeline=f"{job}-pipeline",
     )
 
 

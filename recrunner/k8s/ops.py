@@ -140,5 +140,20 @@ def targets(cfg: RootConfig, names: Names, keep_data: bool, job: bool = True,
                    if (name := k.name(names)) and not (keep_data and k.keep_data)]
 
 
+def emit_offline(rendered: Rendered, output_dir: str | None, show_secrets: bool,
+                 command: str) -> None:
+    """--dry-run (YAML on stdout) or -o DIR (a file per document): credentials redacted unless
+    `show_secrets`."""
+    docs = rendered.docs if show_secrets else redacted(rendered.docs)
+    if output_dir:
+        for path in write_dir(docs, Path(output_dir)):
+            print(path, file=sys.stderr)
+    else:
+        sys.stdout.write(manifests.dump_all(docs))
+    if rendered.secret_values and not show_secrets:
+        note(f"Secret {rendered.names.secret}: credentials shown as <redacted> (--show-secrets "
+             f"prints them); `{command}` without --dry-run creates it for real")
+
+
 def note(text: str) -> None:
     print(f"note: {text}", file=sys.stderr)
