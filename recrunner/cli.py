@@ -43,7 +43,7 @@ COMMANDS: dict[str, Command] = {
     "logs": Command("recrunner.commands.logs", "output of one PaddleJob pod (--role, --index)"),
     "delete": Command("recrunner.commands.delete", "remove the PaddleJob and its resources"),
     "pipeline": Command("recrunner.commands.pipeline", "data, train, gate, promote, smoke: one "
-                        "gated run to a served model (cluster=k8s: an Argo Workflow)", True),
+                        "gated run to a served model (cluster=k8s: an Argo Workflow)"),
     "report": Command("recrunner.commands.report", "curves of runs or a sweep: png + html",
                       uses_config=False),
 }
