@@ -2,9 +2,13 @@
 
 The double (FakeKube) is an HTTP server on 127.0.0.1 that answers what the `kubernetes`
 client's dynamic client asks: discovery (/version, /api, /apis, each group's resource list),
-server-side apply (PATCH application/apply-patch+yaml with a fieldManager), get, delete, watch
-streams (?watch=true, newline-delimited JSON events) and pod logs. The commands reach it
-through a kubeconfig file with a bearer token, like a real cluster.
+server-side apply (PATCH application/apply-patch+yaml with a fieldManager), get, list (a
+collection with a labelSelector of k=v terms), delete, watch streams (?watch=true,
+newline-delimited JSON events) and pod logs. The commands reach it through a kubeconfig file
+with a bearer token, like a real cluster. Besides the core kinds and the Paddle/KServe CRDs it
+serves RBAC (Role, RoleBinding), ServiceAccounts and Argo's Workflow and CronWorkflow, for
+`recrun pipeline cluster=k8s`; `missing_groups` takes any of them away (e.g. "argoproj.io":
+Argo not installed).
 """
 
 import copy
@@ -38,14 +42,20 @@ SAMPLESET = ["dataset.sampleset.name=criteo-cache",
 SERVED: dict[str, list[tuple[str, str, bool]]] = {
     "v1": [("configmaps", "ConfigMap", True), ("secrets", "Secret", True),
            ("persistentvolumeclaims", "PersistentVolumeClaim", True),
-           ("persistentvolumes", "PersistentVolume", False), ("pods", "Pod", True)],
+           ("persistentvolumes", "PersistentVolume", False), ("pods", "Pod", True),
+           ("serviceaccounts", "ServiceAccount", True)],
+    "rbac.authorization.k8s.io/v1": [("roles", "Role", True),
+                                     ("rolebindings", "RoleBinding", True)],
     "batch.paddlepaddle.org/v1": [("paddlejobs", "PaddleJob", True)],
     "batch.paddlepaddle.org/v1alpha1": [("samplesets", "SampleSet", True),
                                         ("samplejobs", "SampleJob", True)],
     "elasticserving.paddlepaddle.org/v1": [("paddleservices", "PaddleService", True)],
     "serving.kserve.io/v1beta1": [("inferenceservices", "InferenceService", True)],
+    "argoproj.io/v1alpha1": [("workflows", "Workflow", True),
+                             ("cronworkflows", "CronWorkflow", True)],
 }
-CRD_GROUPS = ("batch.paddlepaddle.org", "elasticserving.paddlepaddle.org", "serving.kserve.io")
+CRD_GROUPS = ("batch.paddlepaddle.org", "elasticserving.paddlepaddle.org", "serving.kserve.io",
+              "argoproj.io")
 OBJECT = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<gv>[^/]+/[^/]+))/"
                     r"(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?"
                     r"(?P<log>/log)?$")
@@ -70,7 +80,8 @@ class FakeKube:
     requests: list[Request] = field(default_factory=list)
     namespaces: set[str] = field(default_factory=lambda: {"default", "ctr"})
     crds_installed: bool = True
-    missing_groups: set[str] = field(default_factory=set)  # API groups not installed
+    # API groups not installed (not in discovery, 404 on their paths), e.g. "argoproj.io".
+    missing_groups: set[str] = field(default_factory=set)
     # (method, plural) -> (status, reason, message): answer with this error instead.
     fail: dict[tuple[str, str], tuple[int, str, str]] = field(default_factory=dict)
     # Phases a watch on a PaddleJob reports, one event each (ADDED, then MODIFIED).
@@ -194,6 +205,9 @@ def make_handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
                 return None
             if self.command == "GET" and name is None and query.get("watch") == ["true"]:
                 return self.watch_events(plural, query)
+            if self.command == "GET" and name is None:
+                self.list_objects(gv, plural, ns, query)
+                return None
             if self.command == "PATCH" and name is not None:
                 self.apply(plural, name, ns, raw, query)
                 return None
@@ -256,6 +270,28 @@ def make_handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
                                        creationTimestamp="2025-01-01T00:00:00Z")
             fake.objects[key] = doc
             self.send(201 if old is None else 200, doc)
+
+        def list_objects(self, gv: str, plural: str, ns: str | None,
+                         query: dict[str, list[str]]) -> None:
+            """A collection: the stored objects of `plural` (in `ns`, when namespaced) that
+            carry every label of the labelSelector's equality terms (k=v or k==v)."""
+            selector = (query.get("labelSelector") or [""])[0]
+            wanted: dict[str, str] = {}
+            for term in filter(None, selector.split(",")):
+                key, op, value = term.replace("==", "=", 1).partition("=")
+                if not op or not key.strip() or key.endswith("!"):
+                    self.send(400, status_body(400, "BadRequest",
+                                               f"unable to parse requirement: {term!r}"))
+                    return
+                wanted[key.strip()] = value.strip()
+            items = [copy.deepcopy(obj) for (p, _), obj in sorted(fake.objects.items())
+                     if p == plural and (ns is None or obj["metadata"].get("namespace") == ns)
+                     and all((obj["metadata"].get("labels") or {}).get(k) == v
+                             for k, v in wanted.items())]
+            kind = next(k for p, k, _ in SERVED[gv] if p == plural)
+            self.send(200, {"kind": f"{kind}List", "apiVersion": gv,
+                            "metadata": {"resourceVersion": str(fake.counter)},
+                            "items": items})
 
         def watch_events(self, plural: str, query: dict[str, list[str]]
                          ) -> list[dict[str, Any]]:

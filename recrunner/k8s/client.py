@@ -167,6 +167,19 @@ class Kube:
             return False
         return details.get("name") == ref.name
 
+    @classmethod
+    def _kind_gone(cls, exc: Exception) -> bool:
+        """404 for the kind's endpoint (no object named: neither this object nor the namespace):
+        discovery, cached without expiry, still lists a kind the server no longer serves (its
+        CRDs removed, or another cluster now at the same address)."""
+        if cls._status(exc) != 404:
+            return False
+        try:
+            details = json.loads(getattr(exc, "body", "") or "").get("details") or {}
+        except (TypeError, ValueError, AttributeError):
+            return True  # "404 page not found": no such path
+        return not details.get("name")
+
     # --- verbs, any kind --------------------------------------------------------------------
 
     def _resource(self, ref: Ref) -> Any:
@@ -213,7 +226,8 @@ class Kube:
         except Exception as exc:
             if self._missing_object(exc, ref):
                 return None
-            if kind_optional and isinstance(exc, ResourceNotFoundError):
+            if kind_optional and (isinstance(exc, ResourceNotFoundError) or
+                                  self._kind_gone(exc)):
                 return None
             raise self._error(exc, "read", ref) from exc
 
@@ -229,7 +243,8 @@ class Kube:
             resp = self._resource(ref).get(namespace=ref.namespace, label_selector=selector,
                                            serialize=False)
         except Exception as exc:
-            if kind_optional and isinstance(exc, ResourceNotFoundError):
+            if kind_optional and (isinstance(exc, ResourceNotFoundError) or
+                                  self._kind_gone(exc)):
                 return []
             raise self._error(exc, "list", ref) from exc
         items = json.loads(resp.data).get("items") or []
