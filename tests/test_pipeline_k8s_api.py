@@ -28,7 +28,8 @@ from tests.test_k8s_apply import (  # noqa: F401  (kube: the REST double, a fixt
 
 JOB = "wide-deep-synth"
 PIPE = f"{JOB}-pipeline"  # the CronWorkflow, ServiceAccount, Role and RoleBinding
-RUN_NAME = re.compile(rf"^{PIPE}-(\d{{8}}-\d{{6}})$")  # a Workflow: <job>-pipeline-<UTC time>
+# A Workflow: <job>-pipeline-<UTC time>-<4 hex>
+RUN_NAME = re.compile(rf"^{PIPE}-(\d{{8}}-\d{{6}})-[0-9a-f]{{4}}$")
 LABELS = {"app.kubernetes.io/name": "recrunner", "app.kubernetes.io/instance": JOB,
           "app.kubernetes.io/component": "pipeline", "app.kubernetes.io/managed-by": "recrunner"}
 SELECTOR = f"app.kubernetes.io/component=pipeline,app.kubernetes.io/instance={JOB}"
@@ -233,37 +234,24 @@ def test_pipeline_dry_run_contacts_no_server(kube: FakeKube,
     assert kube.requests == []
 
 
-def test_pipeline_without_argo_fails_in_one_line_after_the_other_documents(
+def test_pipeline_without_argo_fails_in_one_line_before_applying_anything(
         kube: FakeKube, capsys: pytest.CaptureFixture) -> None:
     kube.missing_groups.add("argoproj.io")
     assert recrun("pipeline") == 2
     line = one_error_line(capsys)
     assert re.fullmatch(
-        rf"recrun pipeline: error: cannot apply workflow/{PIPE}-\d{{8}}-\d{{6}}: the cluster "
+        r"recrun pipeline: error: cannot create workflow/-: the cluster "
         r"does not serve Workflow \(argoproj\.io/v1alpha1\): install Argo Workflows \(its "
         r"CRDs and controller; see k8s/README.md\)", line), line
-    # Found only at the Workflow, the last document: what came before it stays applied.
-    assert applied_plurals(kube) == [
-        "secrets", "persistentvolumes", "persistentvolumeclaims", "configmaps",
-        "serviceaccounts", "roles", "rolebindings"]
-    assert sorted(p for p, _ in kube.objects) == [
-        "configmaps", "persistentvolumeclaims", "persistentvolumes", "rolebindings", "roles",
-        "secrets", "serviceaccounts"]
+    assert applies(kube) == [] and kube.objects == {}  # nothing half-applied
     # The same for a schedule (CronWorkflow, same install hint).
     assert recrun("pipeline", SCHEDULE) == 2
     assert "does not serve CronWorkflow (argoproj.io/v1alpha1): install Argo Workflows" in \
         one_error_line(capsys)
-    # Without Argo, status has nothing of the pipeline to say, and delete --pipeline removes
-    # the workflow's identity (the Argo kinds just are not there).
+    assert applies(kube) == []
+    # Without Argo, status has nothing of the pipeline to say.
     assert recrun("status") == 2
     assert f"paddlejob/{JOB} not found in namespace ctr" in one_error_line(capsys)
-    kube.requests.clear()
-    assert recrun("delete", "--pipeline") == 0
-    assert [p.rsplit("/", 2)[-2] for _, p in mutations(kube)] == [
-        "rolebindings", "roles", "serviceaccounts"]
-    assert capsys.readouterr().out.splitlines() == [
-        f"cronworkflow/{PIPE} not found", f"rolebinding/{PIPE} deleted",
-        f"role/{PIPE} deleted", f"serviceaccount/{PIPE} deleted"]
 
 
 def test_argo_removed_after_discovery_cached_it(kube: FakeKube,

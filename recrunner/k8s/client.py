@@ -231,14 +231,23 @@ class Kube:
                 return None
             raise self._error(exc, "read", ref) from exc
 
+    def require_kind(self, kind: str, namespace: str) -> None:
+        """A one-line error, before anything is applied, when the cluster does not serve the
+        kind (e.g. Argo Workflows is not installed)."""
+        ref = Ref.to(kind, "-", namespace)
+        try:
+            self._resource(ref)
+        except Exception as exc:
+            raise self._error(exc, "create", ref) from exc
+
     def list(self, kind: str, namespace: str, labels: dict[str, str],
              kind_optional: bool = False) -> list[dict[str, Any]]:
         """The objects of a kind of the table carrying `labels`, oldest first (`kind_optional`:
         none when the cluster does not serve the kind, e.g. Argo is not installed)."""
         from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-        ref = Ref.to(kind, f"(labels {labels})", namespace)
         selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        ref = Ref.to(kind, f"[{selector}]", namespace)  # errors name the selection
         try:
             resp = self._resource(ref).get(namespace=ref.namespace, label_selector=selector,
                                            serialize=False)

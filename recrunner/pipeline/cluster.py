@@ -70,6 +70,9 @@ def step_pod(kube: Kube, names: Names, step: str) -> str:
     name = wf["metadata"]["name"]
     nodes = [n for n in step_nodes(wf)
              if n.get("type") == "Pod" and n.get("displayName") == step]
+    if not nodes and step in ("train", "run"):
+        raise RecrunnerError(f"step {step!r} runs in the PaddleJob's pods: `recrun logs "
+                             "--role worker --index N` (same overrides)")
     if not nodes:
         raise RecrunnerError(f"workflow/{name} has no pod for step {step!r} (yet): see "
                              "`recrun status`")

@@ -7,6 +7,7 @@ before anything is sent.
 """
 
 import argparse
+import os
 import time
 from typing import Any
 
@@ -20,8 +21,10 @@ IN_WORKFLOW = ("SampleJob", "PaddleJob")  # created by the workflow's steps
 
 
 def workflow_name(job_pipeline: str, now: float | None = None) -> str:
-    """<job>-pipeline-<UTC time>: one per submission, and the run's output folder."""
-    return f"{job_pipeline}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(now))}"
+    """<job>-pipeline-<UTC time>-<4 hex>: one per submission (two in one second differ), and
+    the run's output folder."""
+    return (f"{job_pipeline}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(now))}-"
+            f"{os.urandom(2).hex()}")
 
 
 def carried_manifests(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -61,6 +64,8 @@ def submit(cfg: RootConfig, args: argparse.Namespace) -> int:
         ops.emit_offline(rendered, args.output_dir, False, "recrun pipeline cluster=k8s")
         return 0
     kube = Kube(cfg.cluster.context, secrets=rendered.secret_values)
+    for kind in {d["kind"] for d in rendered.docs if d["kind"].endswith("Workflow")}:
+        kube.require_kind(kind, rendered.names.namespace)  # nothing applied without Argo
     for doc in rendered.docs:
         result = kube.apply(doc)
         print(f"{doc['kind'].lower()}/{doc['metadata']['name']} {result}")

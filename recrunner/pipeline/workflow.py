@@ -183,8 +183,9 @@ def templates(cfg: RootConfig, names: Names) -> list[dict[str, Any]]:
                 "steps": [[{"name": "remove-failed", "template": "remove-job"}],
                           [{"name": "run", "template": "run-job"}]]})
     out.append(resource("remove-job", "delete", reference(job), flags=["--ignore-not-found"]))
+    # Owned by the Workflow: deleting a run (`recrun delete --pipeline`) takes its job along.
     out.append(resource("run-job", "create", job, success="status.phase == Completed",
-                        failure="status.phase in (Failed, Aborted)"))
+                        failure="status.phase in (Failed, Aborted)", owned=True))
     out.append(resource("release", "apply", serving_resource(cfg, canary=kserve)))
     if kserve:
         out.append(resource("full-traffic", "apply", serving_resource(cfg, canary=False)))
