@@ -84,6 +84,10 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
         summary = run_fleet(cfg)
         if summary is None:  # a server, or a trainer that does not write
             return 0
+    elif cfg.runner.online:
+        from recrunner.online.passes import train_online
+
+        summary = train_online(cfg)
     else:
         ensure_dataset(cfg.dataset)
         summary = train_local(cfg)

@@ -24,6 +24,15 @@ GROUPS = ("dataset", "model", "mode", "cluster", "serving", "logger")
 OPTIONAL_GROUPS = ("experiment",)
 
 
+def quote_value(item: str) -> str:
+    """`key=value` with `=` inside the value (Hive-style partitions: /data/day=*), which
+    Hydra's grammar rejects unquoted, quoted for it; anything else as it is."""
+    key, sep, value = item.partition("=")
+    if not sep or "=" not in value or value[:1] in ("'", '"') or key.startswith("hydra"):
+        return item
+    return f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def normalize_overrides(overrides: Sequence[str]) -> list[str]:
     """Accept both `+mode=local` and `mode=local` for the groups in the defaults list (and
     the optional groups).
@@ -33,6 +42,7 @@ def normalize_overrides(overrides: Sequence[str]) -> list[str]:
     """
     out = []
     for item in overrides:
+        item = quote_value(item)
         if item.startswith("+") and not item.startswith("++"):
             key = item[1:].split("=", 1)[0]
             if key in GROUPS:

@@ -42,12 +42,29 @@ class RunnerConfig:
     # restart loses at most that much (elastic mode=collective; None: at epoch ends only).
     checkpoint_every_steps: int | None = None
     checkpoint_every_seconds: float | None = None
+    # --- online passes (recrunner/online) ---
+    # Every match of dataset.train's glob (a file, or a folder such as /data/day=*), in sorted
+    # order, is one pass continuing from the last; runner.epochs does not apply.
+    online: bool = False
+    # Then wait for new partitions (complete: _SUCCESS in the folder), polling this often,
+    # until SIGTERM or SIGINT (which stop after the pass in progress).
+    follow: bool = False
+    follow_interval_s: float = 30.0
+    # Start from the newest checkpoint of another run (model and optimizer state): a warm start.
+    init_from: str | None = None
+    # Every pass writes versions/<n>/: the tables as a base (every row) every base_every
+    # passes, else as a delta; the newest keep_versions are kept (and the bases they need).
+    base_every: int = 5
+    keep_versions: int = 10
 
     def __post_init__(self) -> None:
         at_least("runner", self, epochs=1, batch_size=1, eval_batch_size=1, threads=1,
                  log_every_steps=1, eval_steps=1, early_stop_patience=1,
-                 checkpoint_every_steps=1)
+                 checkpoint_every_steps=1, base_every=1, keep_versions=1)
         positive("runner", self, "learning_rate", "table_learning_rate", "lr_decay",
-                 "checkpoint_every_seconds")
+                 "checkpoint_every_seconds", "follow_interval_s")
+        if self.follow and not self.online:
+            raise ValueError("runner.follow=true needs runner.online=true (it waits for new "
+                             "partitions to train as passes)")
         within("runner", self, "lr_decay", 0.0, 1.0)
         within("runner", self, "target_auc", 0.0, 1.0)

@@ -29,6 +29,12 @@ class RootConfig:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
     def __post_init__(self) -> None:
+        if self.runner.online and (str(self.mode.name) != "local" or self.mode.elastic.enabled):
+            raise ValueError(f"runner.online=true applies to mode=local for now (mode="
+                             f"{self.mode.name}: the fleet engines read dataset.train once, at "
+                             "start)")
+        if self.runner.init_from is not None and str(self.mode.name) != "local":
+            raise ValueError("runner.init_from applies to mode=local for now")
         # Only the elastic engine knows its position within an epoch (recrunner.train.midepoch).
         for key in ("checkpoint_every_steps", "checkpoint_every_seconds"):
             value = getattr(self.runner, key)

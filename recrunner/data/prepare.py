@@ -13,12 +13,16 @@ from recrunner.data.synth import generate
 log = logging.getLogger(__name__)
 
 
+def is_pattern(spec: str) -> bool:
+    return any(c in spec for c in "*?[")
+
+
 def generate_synth(cfg: DatasetConfig, only_missing: bool) -> Iterator[tuple[str, int, float]]:
     """Write dataset.train and dataset.test from dataset.synth: (path, rows, rows/s) each."""
     for split, (path, rows) in enumerate(((cfg.train, cfg.synth.train_rows),
                                           (cfg.test, cfg.synth.test_rows))):
-        if only_missing and Path(path).exists():
-            continue
+        if only_missing and (Path(path).exists() or is_pattern(path)):
+            continue  # a glob names existing files (or partitions), never one to write
         log.info("generating %d synthetic rows into %s", rows, path)
         start = time.perf_counter()
         generate(path, rows, cfg.synth.seed, split, cfg.synth.base_ctr, cfg.schema)
@@ -35,7 +39,7 @@ def ensure_dataset(cfg: DatasetConfig) -> None:
     dataset.test name files with rows: one line naming the key, before any training."""
     if cfg.generate:
         for key, spec in (("train", cfg.train), ("test", cfg.test)):
-            if "://" in spec or Path(spec).exists():
+            if "://" in spec or is_pattern(spec) or Path(spec).exists():
                 continue
             if not Path(spec).resolve().is_relative_to(SYNTH_HOME.resolve()):
                 raise DataError(f"dataset.{key}={spec}: no such file (synthetic data is generated "

@@ -28,7 +28,8 @@ def expand_paths(spec: str) -> list[str]:
     """A path, glob, directory or fsspec URL -> sorted list of data files (URLs kept)."""
     fs, root = fsspec.core.url_to_fs(spec)
     if any(c in root for c in "*?["):
-        paths = fs.glob(root)
+        # A folder the glob matches (a partition such as day=2026-11-27/): its files.
+        paths = [f for p in fs.glob(root) for f in (fs.find(p) if fs.isdir(p) else [p])]
     elif fs.isdir(root):
         paths = fs.find(root)
     else:

@@ -13,7 +13,7 @@ from recrunner import atomic
 from recrunner.config.runner import ExportChoice
 from recrunner.config.schema import RootConfig
 from recrunner.data.reader import Shard
-from recrunner.errors import Interrupted
+from recrunner.errors import Interrupted, RecrunnerError
 from recrunner.loggers import Loggers
 from recrunner.train import checkpoint, midepoch
 from recrunner.train.build import model_fingerprint
@@ -62,11 +62,27 @@ class RunDriver:
         if ckpt is None:
             if self.cfg.runner.resume:
                 log.info("runner.resume=true but no checkpoint in %s: starting fresh", self.out)
+            if self.cfg.runner.init_from:
+                self.warm_start(Path(self.cfg.runner.init_from))
             return
         net_state, opt_state = checkpoint.load(ckpt)
         self.engine.restore(ckpt, ModelState(net_state, opt_state, ckpt.state))
         log.info("resumed from %s (epoch %d, step %d)", ckpt.path, ckpt.epoch,
                  self.progress.step)
+
+    def warm_start(self, source: Path) -> None:
+        """runner.init_from: the newest checkpoint of another run (its model and optimizer
+        state) for a run that has none of its own; its epochs do not count as this run's."""
+        ckpt = checkpoint.latest(source)
+        if ckpt is None:
+            raise RecrunnerError(f"runner.init_from={source}: no checkpoint there (a run "
+                                 "directory with checkpoints/<n>)")
+        if ckpt.state.get("fingerprint") not in (None, model_fingerprint(self.cfg)):
+            raise RecrunnerError(f"runner.init_from={source}: its checkpoint {ckpt.path} was "
+                                 "trained with other model.* or dataset.schema keys")
+        net_state, opt_state = checkpoint.load(ckpt)
+        self.engine.restore(ckpt, ModelState(net_state, opt_state, ckpt.state))
+        log.info("warm start from %s (epoch %d of that run)", ckpt.path, ckpt.epoch)
 
     def save_checkpoint(self) -> None:
         root = checkpoint.checkpoint_root(self.out)
@@ -82,11 +98,11 @@ class RunDriver:
         self.group.barrier()
 
     # --- evaluation --------------------------------------------------------------------
-    def evaluate(self) -> dict[str, Any]:
-        """Exact metrics over the whole test set: every process predicts its shard, or, where
-        each holds its own copy of the model (geo), the writer predicts all of it with the copy
-        that is checkpointed and exported."""
-        test = self.cfg.dataset.test
+    def evaluate(self, spec: str | None = None) -> dict[str, Any]:
+        """Exact metrics over the whole test set (or the labeled rows of `spec`): every process
+        predicts its shard, or, where each holds its own copy of the model (geo), the writer
+        predicts all of it with the copy that is checkpointed and exported."""
+        test = spec or self.cfg.dataset.test
         start = time.perf_counter()
         self.engine.begin_eval()
         if self.engine.copies_differ:
@@ -207,6 +223,10 @@ class RunDriver:
         return (f"{where}; last checkpoint: {ckpt.path} (epoch {ckpt.epoch}); continue with "
                 "the same command and runner.resume=true")
 
+    def export_extra(self) -> dict[str, Any]:
+        """What export.json records besides the metrics (an online run: its version)."""
+        return {}
+
     def finish(self, metrics: dict[str, Any]) -> dict[str, Any]:
         export_dir = self.out / "export"
         # One number every process agrees on, naming this run's end (see wait_for_writer).
@@ -217,7 +237,7 @@ class RunDriver:
             best_epoch=self.progress.best_epoch,
             mode=str(self.cfg.mode.name), world_size=self.group.world, **self.summary_fields)
         if self.group.is_writer:
-            self.engine.export(export_dir, {"metrics": metrics,
+            self.engine.export(export_dir, {"metrics": metrics, **self.export_extra(),
                                             "trained_by": f"mode={self.cfg.mode.name}"},
                                checkpoint.at_epoch(self.out, self.exported_epoch))
             # The final predictions, to compare any path (an export, a server) against.

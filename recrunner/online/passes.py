@@ -1,0 +1,135 @@
+"""`runner.online=true`: one pass per partition of dataset.train, each continuing from the
+last pass's model and optimizer state (a pass is an epoch of the run driver: its checkpoint is
+`checkpoints/<pass>`, so a killed run resumes at the next pass).
+
+Before a pass trains on its partition, the model is scored on it: progressive validation, the
+online CTR systems' measure (a `"trigger": "progressive"` line in metrics.jsonl, with `pass`
+and `partition`). After it, dataset.test is scored (`"trigger": "pass"`), the checkpoint
+written, the model version `versions/<pass>/` (recrunner.online.versions) and the export
+refreshed, so `recrun serve`, `eval` and `predict` see the newest model.
+
+`runner.follow=true` then waits for new partitions (complete ones: `_SUCCESS`), polling every
+`runner.follow_interval_s`, until SIGTERM or SIGINT, which stop it after the pass in progress.
+"""
+
+import logging
+import signal
+import threading
+from typing import Any
+
+import numpy as np
+
+from recrunner.config.schema import RootConfig
+from recrunner.errors import Interrupted
+from recrunner.online import partitions, versions
+from recrunner.train import checkpoint
+from recrunner.train.driver import RunDriver
+
+log = logging.getLogger("recrunner.train")
+
+
+class OnlineDriver(RunDriver):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spec = self.cfg.dataset.train  # the glob; cfg.dataset.train is each pass's own
+        self.stop = threading.Event()
+        self.previous_tables: versions.Arrays | None = None
+
+    # --- state -------------------------------------------------------------------------
+    def tables_now(self) -> versions.Arrays:
+        state = self.engine.state(checkpoint.checkpoint_root(self.out), self.progress.epoch).net
+        tables, _ = versions.split({k: np.asarray(v) for k, v in state.items()},
+                                   self.cfg.model.sparse_feature_number)
+        return {k: v.copy() for k, v in tables.items()}
+
+    # --- one pass ------------------------------------------------------------------------
+    def train_pass(self, part: str) -> dict[str, Any]:
+        n = self.progress.epoch + 1
+        where = {"pass": n, "partition": part}
+        self.record({**self.evaluate(part), **where}, trigger="progressive")
+        self.cfg.dataset.train = part  # what the engine reads
+        self.train_epoch()
+        metrics = {**self.evaluate(), **where}
+        self.progress.improved(metrics["auc"])
+        self.record(metrics, trigger="pass")
+        self.save_checkpoint()
+        if self.group.is_writer:
+            self.write_version(n, metrics)
+        return metrics
+
+    def write_version(self, n: int, metrics: dict[str, Any]) -> None:
+        cfg = self.cfg.runner
+        if self.previous_tables is None and n > 1 and n - 1 in versions.existing(self.out):
+            self.previous_tables = versions.load(self.out, n - 1)[0]  # resumed run
+        state = self.engine.state(checkpoint.checkpoint_root(self.out), n).net
+        arrays = {k: np.asarray(v) for k, v in state.items()}
+        record = versions.write(self.out, n, arrays, self.cfg.model.sparse_feature_number,
+                                self.previous_tables, cfg.base_every,
+                                {"partition": str(self.cfg.dataset.train),
+                                 "auc": metrics.get("auc")})
+        self.previous_tables = {k: v.copy() for k, v in versions.split(
+            arrays, self.cfg.model.sparse_feature_number)[0].items()}
+        dropped = versions.prune(self.out, cfg.keep_versions)
+        log.info("version %d (%s, %d of %d rows)%s", n, record["kind"],
+                 record["rows_changed"], record["table_rows"],
+                 f"; pruned {dropped}" if dropped else "")
+        self.exported_epoch = n
+        self.engine.export(self.out / "export", {"metrics": metrics, **self.export_extra(),
+                                                 "trained_by": f"mode={self.cfg.mode.name}"},
+                           checkpoint.at_epoch(self.out, n))
+
+    def export_extra(self) -> dict[str, Any]:
+        return {"version": self.exported_epoch}
+
+    # --- the run -------------------------------------------------------------------------
+    def pending(self) -> list[str]:
+        found = partitions.partitions(self.spec, need_success=self.cfg.runner.follow)
+        return found[self.progress.epoch:]
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg.runner
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.restore()
+        if not cfg.follow:
+            partitions.first_partitions(self.spec, need_success=False)  # one-line error
+        metrics: dict[str, Any] | None = None
+        handlers = self.catch_stop() if cfg.follow else {}
+        try:
+            while not self.stop.is_set():
+                todo = self.pending()
+                for part in todo:
+                    metrics = self.train_pass(part)
+                    if self.stop.is_set():
+                        break
+                if not cfg.follow:
+                    break
+                if not todo:
+                    self.stop.wait(cfg.follow_interval_s)
+        except KeyboardInterrupt:
+            raise Interrupted(self.interrupted_message()) from None
+        finally:
+            for sig, old in handlers.items():
+                signal.signal(sig, old)
+            self.loggers.close()
+        self.exported_epoch = self.progress.epoch
+        return self.finish(metrics if metrics is not None else self.evaluate())
+
+    def catch_stop(self) -> dict[int, Any]:
+        """SIGTERM and SIGINT end the follow loop after the pass in progress."""
+        def stop(signum: int, frame: Any) -> None:
+            log.info("stopping after the pass in progress (signal %d)", signum)
+            self.stop.set()
+
+        return {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def train_online(cfg: RootConfig) -> dict[str, Any]:
+    """mode=local with runner.online=true."""
+    from recrunner.train.dygraph import DygraphEngine
+    from recrunner.train.group import LocalGroup
+    from recrunner.train.reading import Reader
+
+    group = LocalGroup()
+    reader = Reader(cfg, group.shard)
+    return OnlineDriver(cfg, DygraphEngine(cfg, group, reader), group, reader).run()
+

@@ -1,0 +1,229 @@
+"""`runner.online=true`: passes over daily partitions, progressive validation, model versions
+(base and deltas, SHA-256, pruning), `runner.follow`, warm starts and Hive-style paths."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recrunner.config.compose import load
+from recrunner.errors import RecrunnerError
+from recrunner.manifest import ManifestError
+from recrunner.online import versions
+from recrunner.train import checkpoint
+from tests.conftest import REPO, SMALL_MODEL, recrun
+
+ROWS = 1024  # a multiple of the batch size: the partitions' batches are the one file's
+TRAIN = [*SMALL_MODEL, "runner.progress=false"]
+
+
+def days(root: Path, source: str, n: int, success: bool = True) -> list[Path]:
+    """n partitions day=1..n of ROWS rows each (in the source's order), as Spark writes them."""
+    lines = Path(source).read_bytes().splitlines(True)
+    out = []
+    for d in range(1, n + 1):
+        folder = root / f"day={d}"
+        folder.mkdir(parents=True)
+        (folder / "part-00000.tsv").write_bytes(b"".join(lines[(d - 1) * ROWS:d * ROWS]))
+        if success:
+            (folder / "_SUCCESS").write_bytes(b"")
+        out.append(folder)
+    return out
+
+
+def state_of(run: Path) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in checkpoint.load(checkpoint.latest(run))[0].items()}
+
+
+def checkpoint_auc(run: Path, epoch: int, spec: str, overrides: list[str]) -> float:
+    """AUC on `spec` of checkpoint `epoch`'s model, computed here."""
+    from recrunner.data.reader import Shard
+    from recrunner.runtime import import_paddle
+    from recrunner.train.build import build_net, net_predictor
+    from recrunner.train.metrics import auc
+    from recrunner.train.reading import Reader
+
+    cfg = load(overrides)
+    import_paddle(1)
+    net = build_net(cfg)
+    net.set_state_dict(checkpoint.load(checkpoint.at_epoch(run, epoch))[0])
+    net.eval()
+    labels, probs = Reader(cfg, Shard(), keep=False).predict(spec, 8192, net_predictor(net))
+    return auc(labels, probs)
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_three_passes_make_the_one_files_model_and_their_versions(
+        small_synth: dict[str, str], tmp_path: Path) -> None:
+    parts = days(tmp_path / "data", small_synth["train"], 3)
+    whole = tmp_path / "whole.tsv"
+    whole.write_bytes(b"".join((p / "part-00000.tsv").read_bytes() for p in parts))
+    test = f"dataset.test={small_synth['test']}"
+    online, plain = tmp_path / "online", tmp_path / "plain"
+    proc = recrun("train", *TRAIN, f"dataset.train={tmp_path / 'data'}/day=*", test,
+                  "runner.online=true", "runner.base_every=2", f"runner.output_dir={online}")
+    assert proc.returncode == 0, proc.stderr
+    proc = recrun("train", *TRAIN, f"dataset.train={whole}", test, "runner.epochs=1",
+                  f"runner.output_dir={plain}")
+    assert proc.returncode == 0, proc.stderr
+    a, b = state_of(online), state_of(plain)
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], atol=1e-5, err_msg=key)
+    rows = metrics(online)
+    progressive = [r for r in rows if r["trigger"] == "progressive"]
+    assert [(r["pass"], Path(r["partition"]).name) for r in progressive] == [
+        (1, "day=1"), (2, "day=2"), (3, "day=3")]
+    # Scored before training on it: pass n's line is the model of pass n-1 on partition n.
+    overrides = [*TRAIN, f"dataset.train={parts[0]}", test]
+    for row in progressive[1:]:
+        assert row["auc"] == pytest.approx(
+            checkpoint_auc(online, row["pass"] - 1, row["partition"], overrides), abs=1e-9)
+    assert [r["pass"] for r in rows if r["trigger"] == "pass"] == [1, 2, 3]
+    # Versions: a base, a delta, a base (base_every=2); each rebuilds the pass's tables.
+    kinds = [versions.read_manifest(online, v)["kind"] for v in (1, 2, 3)]
+    assert kinds == ["base", "delta", "base"]
+    for v in (1, 2, 3):
+        tables, dense, record = versions.load(online, v)
+        ckpt = {k: np.asarray(x) for k, x in
+                checkpoint.load(checkpoint.at_epoch(online, v))[0].items()}
+        for name, table in tables.items():
+            np.testing.assert_array_equal(table, ckpt[name])
+        for name, value in dense.items():
+            np.testing.assert_array_equal(value, ckpt[name])
+    delta = versions.read_manifest(online, 2)
+    assert 0 < delta["rows_changed"] < delta["table_rows"] and delta["parent"] == 1
+    # The export is the newest version's model.
+    assert json.loads((online / "export" / "export.json").read_text())["version"] == 3
+
+
+def test_a_damaged_version_is_refused_by_its_checksum_and_pruning_keeps_bases(
+        small_synth: dict[str, str], tmp_path: Path) -> None:
+    days(tmp_path / "data", small_synth["train"], 3)
+    run = tmp_path / "run"
+    proc = recrun("train", *TRAIN, f"dataset.train={tmp_path / 'data'}/day=*",
+                  f"dataset.test={small_synth['test']}", "runner.online=true",
+                  "runner.base_every=5", "runner.keep_versions=1", f"runner.output_dir={run}")
+    assert proc.returncode == 0, proc.stderr
+    # Only version 3 is kept, with the base and delta it is built from.
+    assert versions.existing(run) == [1, 2, 3]
+    table = versions.folder(run, 2) / versions.TABLE
+    table.write_bytes(table.read_bytes()[:-10])
+    with pytest.raises(ManifestError, match=f"{table}: .* bytes"):
+        versions.load(run, 3)
+
+
+def test_follow_takes_a_partition_once_it_is_complete_and_stops_on_sigterm(
+        small_synth: dict[str, str], tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    days(data, small_synth["train"], 1)
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "recrunner", "train", *TRAIN, f"dataset.train={data}/day=*",
+         f"dataset.test={small_synth['test']}", "runner.online=true", "runner.follow=true",
+         "runner.follow_interval_s=0.3", f"runner.output_dir={run}"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: versions.existing(run) == [1], proc)
+        lines = Path(small_synth["train"]).read_bytes().splitlines(True)
+        second = data / "day=2"
+        second.mkdir()
+        (second / "part-00000.tsv").write_bytes(b"".join(lines[ROWS:2 * ROWS]))
+        time.sleep(2)
+        assert versions.existing(run) == [1]  # no _SUCCESS yet: not complete
+        (second / "_SUCCESS").write_bytes(b"")
+        wait_for(lambda: versions.existing(run) == [1, 2], proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["epochs"] == 2
+    assert (run / "export" / "export.json").is_file()
+
+
+def wait_for(condition, proc: subprocess.Popen, timeout_s: float = 180) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+def test_a_warm_start_continues_another_runs_model(small_synth: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    days(tmp_path / "data", small_synth["train"], 2)
+    first, second = tmp_path / "first", tmp_path / "second"
+    base = [*TRAIN, f"dataset.test={small_synth['test']}", "runner.online=true"]
+    assert recrun("train", *base, f"dataset.train={tmp_path / 'data'}/day=1",
+                  f"runner.output_dir={first}").returncode == 0
+    proc = recrun("train", *base, f"dataset.train={tmp_path / 'data'}/day=2",
+                  f"runner.init_from={first}", f"runner.output_dir={second}")
+    assert proc.returncode == 0, proc.stderr
+    # The progressive score of day 2 is the first run's model's, not a fresh one's.
+    day2 = str(tmp_path / "data" / "day=2")
+    before = [r for r in metrics(second) if r["trigger"] == "progressive"][0]["auc"]
+    assert before == pytest.approx(checkpoint_auc(first, 1, day2, [*base, f"dataset.train="
+                                                                   f"{day2}"]), abs=1e-9)
+    # ... and its model is the one a single run over both days makes.
+    both = tmp_path / "both"
+    assert recrun("train", *base, f"dataset.train={tmp_path / 'data'}/day=*",
+                  f"runner.output_dir={both}").returncode == 0
+    a, b = state_of(second), state_of(both)
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], atol=1e-5, err_msg=key)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["runner.online=true", "mode=ps"], "runner.online=true applies to mode=local"),
+    (["runner.follow=true"], "runner.follow=true needs runner.online=true"),
+    (["runner.online=true", "runner.base_every=0"], "runner.base_every=0 must be at least 1"),
+    (["runner.online=true", "runner.keep_versions=0"],
+     "runner.keep_versions=0 must be at least 1"),
+    (["runner.follow_interval_s=0"], "runner.follow_interval_s=0.0 must be greater than 0"),
+])
+def test_bad_online_keys_fail_when_the_config_loads(overrides: list[str], message: str) -> None:
+    with pytest.raises(RecrunnerError) as err:
+        load(overrides)
+    assert message in str(err.value)
+
+
+def test_hive_style_paths_need_no_quoting(tmp_path: Path) -> None:
+    cfg = load(["dataset.train=/data/day=*", "dataset.test=/data/test/day=2026-11-27/x.tsv"])
+    assert cfg.dataset.train == "/data/day=*"
+    assert cfg.dataset.test == "/data/test/day=2026-11-27/x.tsv"
+
+
+def test_init_from_without_a_checkpoint_is_one_line(small_synth: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    days(tmp_path / "data", small_synth["train"], 1)
+    proc = recrun("train", *TRAIN, f"dataset.train={tmp_path / 'data'}/day=*",
+                  f"dataset.test={small_synth['test']}", "runner.online=true",
+                  f"runner.init_from={tmp_path / 'nothing'}", f"runner.output_dir={tmp_path / 'r'}")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "runner.init_from=" in proc.stderr and "no checkpoint" in proc.stderr
+
+
+def test_pruning_drops_what_no_kept_version_needs(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    state = {"embedding.weight": rng.normal(size=(50, 4)), "fc.weight": rng.normal(size=(4, 1))}
+    previous = None
+    for v in range(1, 6):  # bases at 1, 3, 5 (base_every=2)
+        state["embedding.weight"][rng.integers(0, 50, 5)] += 1.0
+        versions.write(tmp_path, v, state, 50, previous, 2, {})
+        previous = {"embedding.weight": state["embedding.weight"].copy()}
+        if v == 4:
+            # keep 1: version 4 is a delta on base 3: both stay, 1 and 2 go.
+            assert versions.prune(tmp_path, 1) == [1, 2] and versions.existing(tmp_path) == [3, 4]
+    assert versions.prune(tmp_path, 1) == [3, 4] and versions.existing(tmp_path) == [5]
+    np.testing.assert_array_equal(versions.load(tmp_path, 5)[0]["embedding.weight"],
+                                  state["embedding.weight"])
