@@ -104,21 +104,28 @@ def test_three_passes_make_the_one_files_model_and_their_versions(
     # The export is the newest version's model.
     assert json.loads((online / "export" / "export.json").read_text())["version"] == 3
 
-
-def test_a_damaged_version_is_refused_by_its_checksum_and_pruning_keeps_bases(
-        small_synth: dict[str, str], tmp_path: Path) -> None:
-    days(tmp_path / "data", small_synth["train"], 3)
-    run = tmp_path / "run"
-    proc = recrun("train", *TRAIN, f"dataset.train={tmp_path / 'data'}/day=*",
-                  f"dataset.test={small_synth['test']}", "runner.online=true",
-                  "runner.base_every=5", "runner.keep_versions=1", f"runner.output_dir={run}")
+    # A warm start: a run on day 1 alone, then one from its checkpoint on day 2, scores day 2
+    # first with the first run's model, and ends with the model of passes 1-2 above.
+    first, second = tmp_path / "first", tmp_path / "second"
+    base = [*TRAIN, test, "runner.online=true"]
+    assert recrun("train", *base, f"dataset.train={parts[0]}",
+                  f"runner.output_dir={first}").returncode == 0
+    proc = recrun("train", *base, f"dataset.train={parts[1]}", f"runner.init_from={first}",
+                  f"runner.output_dir={second}")
     assert proc.returncode == 0, proc.stderr
-    # Only version 3 is kept, with the base and delta it is built from.
-    assert versions.existing(run) == [1, 2, 3]
-    table = versions.folder(run, 2) / versions.TABLE
+    before = [r for r in metrics(second) if r["trigger"] == "progressive"][0]["auc"]
+    assert before == pytest.approx(checkpoint_auc(first, 1, str(parts[1]), overrides), abs=1e-9)
+    warm = state_of(second)
+    passes = {k: np.asarray(v) for k, v in
+              checkpoint.load(checkpoint.at_epoch(online, 2))[0].items()}
+    for key in warm:
+        np.testing.assert_allclose(warm[key], passes[key], atol=1e-5, err_msg=key)
+
+    # A damaged version is refused by its checksum, naming the file.
+    table = versions.folder(online, 1) / versions.TABLE
     table.write_bytes(table.read_bytes()[:-10])
     with pytest.raises(ManifestError, match=f"{table}: .* bytes"):
-        versions.load(run, 3)
+        versions.load(online, 2)
 
 
 def test_follow_takes_a_partition_once_it_is_complete_and_stops_on_sigterm(
@@ -157,30 +164,6 @@ def wait_for(condition, proc: subprocess.Popen, timeout_s: float = 180) -> None:
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         time.sleep(0.2)
     raise AssertionError("timed out")
-
-
-def test_a_warm_start_continues_another_runs_model(small_synth: dict[str, str],
-                                                   tmp_path: Path) -> None:
-    days(tmp_path / "data", small_synth["train"], 2)
-    first, second = tmp_path / "first", tmp_path / "second"
-    base = [*TRAIN, f"dataset.test={small_synth['test']}", "runner.online=true"]
-    assert recrun("train", *base, f"dataset.train={tmp_path / 'data'}/day=1",
-                  f"runner.output_dir={first}").returncode == 0
-    proc = recrun("train", *base, f"dataset.train={tmp_path / 'data'}/day=2",
-                  f"runner.init_from={first}", f"runner.output_dir={second}")
-    assert proc.returncode == 0, proc.stderr
-    # The progressive score of day 2 is the first run's model's, not a fresh one's.
-    day2 = str(tmp_path / "data" / "day=2")
-    before = [r for r in metrics(second) if r["trigger"] == "progressive"][0]["auc"]
-    assert before == pytest.approx(checkpoint_auc(first, 1, day2, [*base, f"dataset.train="
-                                                                   f"{day2}"]), abs=1e-9)
-    # ... and its model is the one a single run over both days makes.
-    both = tmp_path / "both"
-    assert recrun("train", *base, f"dataset.train={tmp_path / 'data'}/day=*",
-                  f"runner.output_dir={both}").returncode == 0
-    a, b = state_of(second), state_of(both)
-    for key in a:
-        np.testing.assert_allclose(a[key], b[key], atol=1e-5, err_msg=key)
 
 
 @pytest.mark.parametrize("overrides, message", [
