@@ -92,5 +92,21 @@ cat submit.err >> "$LOG"
 grep -q "^kind: PaddleJob" job.yaml || fail "no PaddleJob rendered"
 if grep -q "CRD schema check skipped" submit.err; then fail "the CRD check was skipped"; fi
 
+step "a gated pipeline from the wheel: train, gate, promote, smoke through a server"
+PORT=$("$VPY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$WORK/venv/bin/recrun" pipeline +mode=local model.sparse_feature_number=1009 model.fc_sizes=[16] \
+  dataset.synth.train_rows=2000 dataset.synth.test_rows=500 runner.epochs=1 runner.progress=false \
+  runner.output_dir=runs/pipeline serving.model_dir=served serving.port="$PORT" \
+  pipeline.max_p99_ms=1000 > pipeline.out 2>> "$LOG" || { cat pipeline.out >> "$LOG"; fail "recrun pipeline"; }
+cat pipeline.out >> "$LOG"
+grep -q "^pipeline: promoted" pipeline.out || fail "the pipeline did not promote"
+
+step "rendering the pipeline's Argo Workflow against the packaged CRDs"
+"$WORK/venv/bin/recrun" pipeline cluster=k8s cluster.image=registry.example.com/recrunner:0.1 \
+  cluster.juicefs.create_secret=false cluster.juicefs.secret_name=jfs --dry-run \
+  > workflow.yaml 2> workflow.err || { cat workflow.err >> "$LOG"; fail "recrun pipeline --dry-run"; }
+grep -q "^kind: Workflow" workflow.yaml || fail "no Workflow rendered"
+if grep -q "CRD schema check skipped" workflow.err; then fail "the Workflow's CRD check was skipped"; fi
+
 cd / && rm -rf "$RUN"
 step "ok: the wheel installs and runs from any folder (log: $LOG)"
