@@ -36,12 +36,6 @@ class OnlineDriver(RunDriver):
         self.previous_tables: versions.Arrays | None = None
 
     # --- state -------------------------------------------------------------------------
-    def tables_now(self) -> versions.Arrays:
-        state = self.engine.state(checkpoint.checkpoint_root(self.out), self.progress.epoch).net
-        tables, _ = versions.split({k: np.asarray(v) for k, v in state.items()},
-                                   self.cfg.model.sparse_feature_number)
-        return {k: v.copy() for k, v in tables.items()}
-
     # --- one pass ------------------------------------------------------------------------
     def train_pass(self, part: str) -> dict[str, Any]:
         n = self.progress.epoch + 1

@@ -2,7 +2,6 @@
 serving.model_dir (kept running for `pipeline.serve=true`, or stopped after the smoke step)."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -103,12 +102,3 @@ def start(cfg: RootConfig, config_file: Path, log: Path, detach: bool) -> Starte
     raise RecrunnerError(f"pipeline: `recrun serve` was not ready at {url} within "
                          f"{START_TIMEOUT_S:.0f} s (see {log})")
 
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
