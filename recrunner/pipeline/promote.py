@@ -9,7 +9,6 @@ export is put back in the folder, so folder and server agree, and the step fails
 """
 
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,10 @@ def publish(source: Path, served: Path) -> None:
 
 
 def wait_for_version(url: str, version: str, timeout_s: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    info: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        info = server.health(url) or {}
-        if info.get("model_version") == version:
-            return info
-        time.sleep(0.2)
+    ready, info = server.wait_ready(url, version, timeout_s)
+    if ready and info is not None:
+        return info
+    info = info or {}
     raise StepFailed(f"pipeline promote: the server at {url} did not serve version {version} "
                      f"within pipeline.swap_timeout_s={timeout_s:g} (it serves "
                      f"{info.get('model_version')}; last refusal: "

@@ -8,6 +8,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,21 @@ def post(url: str, path: str, timeout_s: float) -> tuple[int, dict[str, Any]]:
             return exc.code, {}
 
 
+def wait_ready(url: str, version: str | None, timeout_s: float,
+               gone: Callable[[], bool] = lambda: False) -> tuple[bool, dict[str, Any] | None]:
+    """Poll /healthz until the server is ready (serving `version`, when given): (True, its
+    health); (False, the last health seen) after `timeout_s`, or as soon as `gone()`."""
+    deadline = time.monotonic() + timeout_s
+    info = None
+    while time.monotonic() < deadline and not gone():
+        info = health(url, timeout_s=1.0)
+        if info and info.get("status") == "ready" and version in (None,
+                                                                   info.get("model_version")):
+            return True, info
+        time.sleep(0.2)
+    return False, info
+
+
 def check_watches(cfg: RootConfig, url: str, info: dict[str, Any], served: Path) -> None:
     """A server found at serving.host:port must watch serving.model_dir, or promoting into
     that folder would not reach it."""
@@ -89,15 +105,12 @@ def start(cfg: RootConfig, config_file: Path, log: Path, detach: bool) -> Starte
                             start_new_session=detach)
     fh.close()
     started = Started(proc, url, log)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RecrunnerError(f"pipeline: `recrun serve` exited {proc.returncode} before it "
-                                 f"was ready (see {log})")
-        info = health(url, timeout_s=1.0)
-        if info and info.get("status") == "ready":
-            return started
-        time.sleep(0.2)
+    ready, _ = wait_ready(url, None, START_TIMEOUT_S, lambda: proc.poll() is not None)
+    if ready:
+        return started
+    if proc.poll() is not None:
+        raise RecrunnerError(f"pipeline: `recrun serve` exited {proc.returncode} before it "
+                             f"was ready (see {log})")
     started.stop()
     raise RecrunnerError(f"pipeline: `recrun serve` was not ready at {url} within "
                          f"{START_TIMEOUT_S:.0f} s (see {log})")

@@ -41,16 +41,9 @@ def expected_version(ctx: Context) -> str | None:
 
 def wait_for(url: str, version: str | None, timeout_s: float) -> dict[str, Any]:
     """/healthz once the server at `url` answers ready (with `version`, when given)."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    info = None
-    while time.monotonic() < deadline:
-        info = server.health(url)
-        if info and info.get("status") == "ready" and version in (None,
-                                                                   info.get("model_version")):
-            return info
-        time.sleep(1.0)
+    ready, info = server.wait_ready(url, version, timeout_s)
+    if ready and info is not None:
+        return info
     state = f"serves {info.get('model_version')}" if info else "does not answer"
     raise StepFailed(f"pipeline smoke: the server at {url} {state} after "
                      f"pipeline.swap_timeout_s={timeout_s:g} (expected version {version})")
