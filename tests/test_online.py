@@ -38,7 +38,9 @@ def days(root: Path, source: str, n: int, success: bool = True) -> list[Path]:
 
 
 def state_of(run: Path) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v) for k, v in checkpoint.load(checkpoint.latest(run))[0].items()}
+    latest = checkpoint.latest(run)
+    assert latest is not None, run
+    return {k: np.asarray(v) for k, v in checkpoint.load(latest)[0].items()}
 
 
 def checkpoint_auc(run: Path, epoch: int, spec: str, overrides: list[str]) -> float:
@@ -122,9 +124,9 @@ def test_three_passes_make_the_one_files_model_and_their_versions(
         np.testing.assert_allclose(warm[key], passes[key], atol=1e-5, err_msg=key)
 
     # A damaged version is refused by its checksum, naming the file.
-    table = versions.folder(online, 1) / versions.TABLE
-    table.write_bytes(table.read_bytes()[:-10])
-    with pytest.raises(ManifestError, match=f"{table}: .* bytes"):
+    damaged = versions.folder(online, 1) / versions.TABLE
+    damaged.write_bytes(damaged.read_bytes()[:-10])
+    with pytest.raises(ManifestError, match=f"{damaged}: .* bytes"):
         versions.load(online, 2)
 
 
