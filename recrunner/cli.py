@@ -42,6 +42,8 @@ COMMANDS: dict[str, Command] = {
     "status": Command("recrunner.commands.status", "phase and pods of the submitted PaddleJob"),
     "logs": Command("recrunner.commands.logs", "output of one PaddleJob pod (--role, --index)"),
     "delete": Command("recrunner.commands.delete", "remove the PaddleJob and its resources"),
+    "publish": Command("recrunner.commands.publish", "load an online run's model versions into "
+                       "the sparse store's Redis shards (serving.sparse)"),
     "pipeline": Command("recrunner.commands.pipeline", "data, train, gate, promote, smoke: one "
                         "gated run to a served model (cluster=k8s: an Argo Workflow)"),
     "report": Command("recrunner.commands.report", "curves of runs or a sweep: png + html",

@@ -102,8 +102,8 @@ def serve_here(cfg: RootConfig) -> int:
     import_paddle(cfg.serving.threads)
     install_handlers()
     server.start()
-    print(f"recrun serve: {server.model_dir} on {server.url} (loading; GET /healthz says when "
-          "ready)", file=sys.stderr, flush=True)
+    print(f"recrun serve: {server.app.repo.source} on {server.url} (loading; GET /healthz says "
+          "when ready)", file=sys.stderr, flush=True)
     ready_said = False
     while not stop.wait(0.05):
         if server.load_error is not None:

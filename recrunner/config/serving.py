@@ -1,5 +1,6 @@
 """Schema of the `serving` group: the online prediction server and its PaddleService."""
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -83,6 +84,55 @@ class ServingK8sConfig:
             within("serving.k8s", self, "target", 1, 100)  # a CPU percentage
 
 
+class SparseStore(StrEnum):
+    memory = "memory"  # the table inside the served model (the export)
+    redis = "redis"  # the rows in Redis shards, loaded by `recrun publish`
+
+
+ENDPOINT = r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:[0-9]{1,5}"
+
+
+@dataclass
+class SparseConfig:
+    """Where the served model's embedding rows live (recrunner.sparse). With `redis`, `recrun
+    publish` loads a run's model versions into the shards, and `recrun serve` runs the dense
+    part of the newest complete version on rows it reads from them."""
+
+    store: SparseStore = SparseStore.memory
+    # host:port of every Redis node: shard 0's replicas first, then shard 1's, ... (an id's
+    # shard is its row index modulo the shard count).
+    shards: list[str] = field(default_factory=list)
+    # Nodes per shard: each holds the whole shard; reads fail over between them.
+    replicas: int = 1
+    # Rows each model version keeps in the server's memory after their first read.
+    cache_rows: int = 200_000
+    # Key prefix on every node: several models can share the nodes under different prefixes.
+    prefix: str = "recrun"
+    # A node that does not answer within this is skipped for the next replica (503 when none).
+    timeout_s: float = 0.5
+    # Rows a publisher sends a node per round trip.
+    publish_batch_rows: int = 20_000
+
+    def __post_init__(self) -> None:
+        at_least("serving.sparse", self, replicas=1, cache_rows=0, publish_batch_rows=1)
+        positive("serving.sparse", self, "timeout_s")
+        matches("serving.sparse", self, "prefix", r"[A-Za-z0-9_.-]{1,64}",
+                "1-64 letters, digits, '_', '.', '-'")
+        for node in self.shards:
+            if not re.fullmatch(ENDPOINT, str(node)) or not 0 < int(str(node).rsplit(":")[1]) \
+                    < 65536:
+                raise ValueError(f"serving.sparse.shards: {node!r} is not host:port")
+        if self.store == SparseStore.redis:
+            if not self.shards:
+                raise ValueError("serving.sparse.store=redis needs serving.sparse.shards="
+                                 "[host:port,...] (the Redis nodes)")
+            if len(self.shards) % self.replicas:
+                raise ValueError(f"serving.sparse.shards lists {len(self.shards)} nodes, not a "
+                                 f"multiple of serving.sparse.replicas={self.replicas}")
+        if len(set(self.shards)) != len(self.shards):
+            raise ValueError("serving.sparse.shards lists a node twice")
+
+
 @dataclass
 class ServingConfig:
     name: str = "local"
@@ -133,8 +183,15 @@ class ServingConfig:
     # SIGTERM: stop accepting, finish in-flight requests for at most this long, then exit.
     shutdown_timeout_s: float = 20.0
     k8s: ServingK8sConfig = field(default_factory=ServingK8sConfig)
+    sparse: SparseConfig = field(default_factory=SparseConfig)
 
     def __post_init__(self) -> None:
+        if self.sparse.store == SparseStore.redis and self.engine == EngineName.paddle:
+            raise ValueError("serving.sparse.store=redis runs the model with ONNX Runtime: "
+                             "serving.engine must be auto or onnx")
+        if self.sparse.store == SparseStore.redis and not self.watch_interval_s > 0:
+            raise ValueError("serving.sparse.store=redis needs serving.watch_interval_s > 0 "
+                             "(the server polls the live version and reports what it uses)")
         at_least("serving", self, port=0, threads=1, workers=1, max_batch_rows=1,
                  batch_wait_ms=0, max_queue_rows=1, max_body_bytes=1, max_connections=1,
                  grpc_max_concurrent_rpcs=1, watch_interval_s=0)

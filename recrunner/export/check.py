@@ -11,7 +11,7 @@ paddle.inference did DeepFM) is refused instead of served.
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -47,7 +47,7 @@ class Probe:
         np.savez(path, **inputs, **expected)
 
     @classmethod
-    def load(cls, path: Path, names: list[str]) -> "Probe":
+    def load(cls, path: Path | BinaryIO, names: list[str]) -> "Probe":
         with np.load(path) as data:
             return cls(tuple(data[name] for name in names), data[_EXPECTED])
 

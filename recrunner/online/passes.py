@@ -55,22 +55,24 @@ class OnlineDriver(RunDriver):
         cfg = self.cfg.runner
         if self.previous_tables is None and n > 1 and n - 1 in versions.existing(self.out):
             self.previous_tables = versions.load(self.out, n - 1)[0]  # resumed run
+        # The export first: the version's served graph is converted from it.
+        self.exported_epoch = n
+        export_dir = self.out / "export"
+        self.engine.export(export_dir, {"metrics": metrics, **self.export_extra(),
+                                        "trained_by": f"mode={self.cfg.mode.name}"},
+                           checkpoint.at_epoch(self.out, n))
         state = self.engine.state(checkpoint.checkpoint_root(self.out), n).net
         arrays = {k: np.asarray(v) for k, v in state.items()}
         record = versions.write(self.out, n, arrays, self.cfg.model.sparse_feature_number,
                                 self.previous_tables, cfg.base_every,
                                 {"partition": str(self.cfg.dataset.train),
-                                 "auc": metrics.get("auc")})
+                                 "auc": metrics.get("auc")}, export_dir)
         self.previous_tables = {k: v.copy() for k, v in versions.split(
             arrays, self.cfg.model.sparse_feature_number)[0].items()}
         dropped = versions.prune(self.out, cfg.keep_versions)
         log.info("version %d (%s, %d of %d rows)%s", n, record["kind"],
                  record["rows_changed"], record["table_rows"],
                  f"; pruned {dropped}" if dropped else "")
-        self.exported_epoch = n
-        self.engine.export(self.out / "export", {"metrics": metrics, **self.export_extra(),
-                                                 "trained_by": f"mode={self.cfg.mode.name}"},
-                           checkpoint.at_epoch(self.out, n))
 
     def export_extra(self) -> dict[str, Any]:
         return {"version": self.exported_epoch}
@@ -84,6 +86,9 @@ class OnlineDriver(RunDriver):
         cfg = self.cfg.runner
         self.out.mkdir(parents=True, exist_ok=True)
         self.restore()
+        done = self.progress.epoch
+        if done and self.group.is_writer and done not in versions.existing(self.out):
+            self.write_version(done, {})  # killed between a pass's checkpoint and its version
         if not cfg.follow:
             partitions.first_partitions(self.spec, need_success=False)  # one-line error
         metrics: dict[str, Any] | None = None

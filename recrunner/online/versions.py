@@ -4,6 +4,9 @@
 - `table.npz`: the tables (parameters with one row per hashed id bucket). A **base** holds
   every row. A **delta** holds `rows` (the indices changed since version n-1) and, for each
   table, those rows' values. Version 1, and then every `runner.base_every` passes, is a base.
+- `graph.onnx`, `export.json`, `probe.npz`: what the sparse tier serves the version with
+  (recrunner.sparse): the export's graph with the tables as inputs, its description and its
+  self-check. Absent when the export could not be converted (the manifest's `serving_error`).
 - `manifest.json`: the version, its parent (the version a delta applies to; none for a base),
   its base, the row counts, and every file's size and SHA-256 (recrunner.manifest). It is
   written with the files, into a temporary folder renamed into place (recrunner.atomic), so a
@@ -14,6 +17,7 @@ its base).
 """
 
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -25,7 +29,9 @@ from recrunner.errors import RecrunnerError
 
 ROOT = "versions"
 DENSE, TABLE, MANIFEST = "dense.npz", "table.npz", "manifest.json"
+GRAPH = "graph.onnx"
 ROWS = "rows"  # a delta's changed row indices (a table's name never is)
+log = logging.getLogger(__name__)
 
 Arrays = dict[str, np.ndarray]
 
@@ -54,9 +60,11 @@ def _save(path: Path, arrays: Arrays) -> None:
 
 
 def write(out: Path, version: int, state: Arrays, table_rows: int, previous: Arrays | None,
-          base_every: int, meta: dict[str, Any]) -> dict[str, Any]:
+          base_every: int, meta: dict[str, Any], export_dir: Path | None = None
+          ) -> dict[str, Any]:
     """Version `version` of the model `state`; `previous`: version-1's tables (None: none,
-    so a base). Returns its manifest."""
+    so a base); `export_dir`: the export of the same model, for the sparse tier's files.
+    Returns its manifest."""
     tables, dense = split(state, table_rows)
     if not tables:
         raise RecrunnerError(f"the model has no table of {table_rows} rows (model."
@@ -72,9 +80,29 @@ def write(out: Path, version: int, state: Arrays, table_rows: int, previous: Arr
     with atomic.writing_dir(folder(out, version), "version") as tmp:
         _save(tmp / DENSE, dense)
         _save(tmp / TABLE, {ROWS: rows, **{k: v[rows] for k, v in tables.items()}})
-        record["files"] = manifest.describe(tmp, [DENSE, TABLE])
+        names = [DENSE, TABLE]
+        if export_dir is not None:
+            names += _serving_files(export_dir, tables, tmp, record)
+        record["files"] = manifest.describe(tmp, names)
         (tmp / MANIFEST).write_text(json.dumps(record, indent=1))
     return record
+
+
+def _serving_files(export_dir: Path, tables: Arrays, tmp: Path, record: dict[str, Any]
+                   ) -> list[str]:
+    from recrunner.export.spec import META_FILE, PROBE_FILE
+    from recrunner.sparse.graph import dense_graph
+
+    try:
+        (tmp / GRAPH).write_bytes(dense_graph(export_dir, tables))
+    except Exception as exc:  # paddle2onnx cannot convert every graph: no sparse serving then
+        record["serving_error"] = " ".join(str(exc).split())[:300]
+        log.warning("version %d cannot be served from a sparse store: %s", record["version"],
+                    record["serving_error"])
+        return []
+    for name in (META_FILE, PROBE_FILE):
+        shutil.copyfile(export_dir / name, tmp / name)
+    return [GRAPH, META_FILE, PROBE_FILE]
 
 
 def read_manifest(out: Path, version: int) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from recrunner.pipeline.steps import Context
 def score_export(cfg: RootConfig, export_dir: Path) -> dict[str, Any]:
     """AUC and logloss of an export on dataset.test, with its version (content digest)."""
     from recrunner.data.reader import Shard
+    from recrunner.export.check import export_schema
     from recrunner.serving.engine import load_engine
     from recrunner.serving.repository import content_version
     from recrunner.train.metrics import evaluate_test_set
@@ -26,7 +27,7 @@ def score_export(cfg: RootConfig, export_dir: Path) -> dict[str, Any]:
     engine = load_engine(export_dir, str(cfg.serving.engine), cfg.serving.threads, 1)
     predict = engine.predict_fns[0]
     reader = Reader(cfg, Shard(), keep=False)
-    reader.schema = engine.exported.schema  # the export's own preprocessing
+    reader.schema = export_schema(export_dir, engine.meta)  # the export's own preprocessing
     labels, probs = reader.predict(cfg.dataset.test, cfg.runner.eval_batch_size,
                                    lambda batch: predict(batch.dense, batch.sparse))
     metrics = evaluate_test_set(cfg.dataset.test, labels, probs)

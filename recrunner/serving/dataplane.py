@@ -55,8 +55,14 @@ class DataPlane:
     def __init__(self, cfg: ServingConfig, model_dir: Path) -> None:
         self.cfg = cfg
         self.model_dir = model_dir
-        self.repo = ModelRepository(model_dir, str(cfg.engine), cfg.threads,
-                                    max(1, cfg.workers), cfg.model_name)
+        self.repo: ModelRepository
+        if cfg.sparse.store == "redis":  # the rows in Redis shards (recrunner.sparse)
+            from recrunner.sparse.repository import SparseRepository
+
+            self.repo = SparseRepository(cfg, model_dir)
+        else:
+            self.repo = ModelRepository(model_dir, str(cfg.engine), cfg.threads,
+                                        max(1, cfg.workers), cfg.model_name)
         self.ready = threading.Event()
         self.failed: str | None = None
         # Shutting down: requests in flight finish, readiness probes say no.

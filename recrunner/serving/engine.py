@@ -11,6 +11,7 @@ refuses to start when neither matches.
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,11 +25,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Engine:
-    name: str  # "paddle" or "onnx"
-    exported: ExportedModel
+    name: str  # "paddle", "onnx", or "onnx+redis" (recrunner.sparse)
+    meta: dict[str, Any]  # export.json
     # fn(dense, sparse) per worker: the batcher's view (the export's own input order aside).
     predict_fns: list[PredictFn]
     note: str = ""
+    exported: ExportedModel | None = None  # the export's paddle.inference model, if loaded
 
 
 def by_batch(fn: PredictFn, meta: dict) -> PredictFn:
@@ -60,4 +62,5 @@ def load_engine(model_dir: Path, engine: str, threads: int, workers: int) -> Eng
     else:
         # One session serves every worker thread (InferenceSession.run is thread-safe).
         fns = [fn] * workers
-    return Engine(name, exported, [by_batch(f, exported.meta) for f in fns], note)
+    return Engine(name, exported.meta, [by_batch(f, exported.meta) for f in fns], note,
+                  exported)

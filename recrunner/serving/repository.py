@@ -10,6 +10,7 @@ last request is answered. An export that fails to load or check, lacks its probe
 while it is being read is refused and logged, and the old model keeps serving.
 """
 
+import contextlib
 import hashlib
 import logging
 import threading
@@ -79,7 +80,7 @@ class LoadedModel:
     @property
     def meta(self) -> dict[str, Any]:
         """export.json: inputs/outputs with dtypes and shapes."""
-        return self.engine.exported.meta
+        return self.engine.meta
 
 
 class LoadRefused(Exception):
@@ -94,6 +95,10 @@ class ReloadResult:
 
 
 class ModelRepository:
+    # A changed directory is loaded once it has stayed the same for one poll (a copy in
+    # progress is not read half-way).
+    settle = True
+
     def __init__(self, model_dir: Path, engine: str, threads: int, workers: int,
                  name: str | None = None) -> None:
         self.model_dir = Path(model_dir)
@@ -108,10 +113,23 @@ class ModelRepository:
         self.last_error = ""
         self.last_swap_seconds = 0.0
         self._refused_stamp: Stamp | None = None
+        self._unreachable = ""  # why the last poll could not look, if it could not
         # Every version loaded, while anything still refers to it (requests in flight).
         self._alive: weakref.WeakSet[LoadedModel] = weakref.WeakSet()
 
     # --- loading -----------------------------------------------------------------------------
+
+    @property
+    def source(self) -> str:
+        """Where models come from, for people (logs, /healthz)."""
+        return str(self.model_dir)
+
+    def stamp(self) -> Stamp:
+        """What changes when there is a new model to load."""
+        return stamp_of(self.model_dir)
+
+    def tick(self) -> None:
+        """Called at every poll of the watcher (after any reload)."""
 
     def _load(self, require_probe: bool) -> LoadedModel:
         before = stamp_of(self.model_dir)
@@ -127,6 +145,7 @@ class ModelRepository:
             raise LoadRefused(f"{self.model_dir} changed while it was being loaded (still being "
                               "written?); it is loaded once it stops changing")
         exported = engine.exported
+        assert exported is not None
         spec = protocol.Model(exported.schema, (OUTPUT, *exported.predictor.get_output_names()))
         loaded = LoadedModel(self._name or export_name(exported.meta), version, spec, engine,
                              before)
@@ -137,7 +156,7 @@ class ModelRepository:
         """The first load; its errors are the server's start-up errors."""
         with self._lock:
             self.current = self._load(require_probe=False)
-            log.info("serving %s version %s", self.model_dir, self.current.version)
+            log.info("serving %s version %s", self.source, self.current.version)
             return self.current
 
     def reload(self, reason: str) -> ReloadResult:
@@ -145,7 +164,12 @@ class ModelRepository:
         current model keeps serving) when it is broken. A no-op when nothing changed."""
         with self._lock:
             current = self.current
-            stamp = stamp_of(self.model_dir)
+            try:
+                stamp = self.stamp()
+            except LoadRefused as exc:
+                self.refusals += 1
+                self.last_error = str(exc)
+                raise
             if current is not None and stamp == current.stamp:
                 return ReloadResult(False, current.version, "unchanged")
             t0 = time.perf_counter()
@@ -177,31 +201,42 @@ class ModelRepository:
     # --- watching ----------------------------------------------------------------------------
 
     def watch(self, interval_s: float, stop: threading.Event) -> threading.Thread:
-        """Poll the directory every `interval_s`; reload once a change has stayed the same for
-        one interval (a copy in progress is not read half-way)."""
+        """Poll the model's source every `interval_s` and reload on a change (a directory once
+        the change has stayed the same for one interval: a copy in progress is not read
+        half-way)."""
 
         def loop() -> None:
             seen: Stamp | None = None
             while not stop.wait(interval_s):
-                current = self.current
-                stamp = stamp_of(self.model_dir)
-                if current is None or stamp == current.stamp or stamp == self._refused_stamp:
-                    seen = None
-                    continue
-                if stamp != seen:  # changed since the last look: wait for it to settle
-                    seen = stamp
-                    continue
                 try:
-                    self.reload("model directory changed")
-                except LoadRefused:
-                    pass  # logged; retried when the directory changes again
+                    seen = self.poll_once(seen)
+                    self.tick()
                 except Exception:  # a bug must not end the watcher
-                    log.exception("reloading %s failed", self.model_dir)
-                seen = None
+                    log.exception("watching %s failed", self.source)
+                    seen = None
 
         thread = threading.Thread(target=loop, name="model-watch", daemon=True)
         thread.start()
         return thread
+
+    def poll_once(self, seen: Stamp | None) -> Stamp | None:
+        """One look at the source; returns the new stamp while it settles, else None."""
+        current = self.current
+        try:
+            stamp = self.stamp()
+        except LoadRefused as exc:  # the source is unreachable: keep serving what we have
+            if str(exc) != self._unreachable:  # once, not at every poll
+                log.warning("cannot look for a new model: %s", exc)
+            self._unreachable = str(exc)
+            return None
+        self._unreachable = ""
+        if current is None or stamp == current.stamp or stamp == self._refused_stamp:
+            return None
+        if self.settle and stamp != seen:  # changed since the last look: wait for it to settle
+            return stamp
+        with contextlib.suppress(LoadRefused):  # logged; retried when the source changes again
+            self.reload("model directory changed" if self.settle else "new live version")
+        return None
 
     # --- reporting ---------------------------------------------------------------------------
 

@@ -185,7 +185,7 @@ class ServingApp:
         loaded = self.plane.loaded
         if not self.ready.is_set() or loaded is None:
             return json_reply(503, {"status": "loading"})
-        return json_reply(200, {"status": "ready", "model_dir": str(self.model_dir),
+        return json_reply(200, {"status": "ready", "model_dir": self.repo.source,
                                 "model": loaded.name, "engine": loaded.engine.name,
                                 "engine_note": loaded.engine.note, **self.repo.status()})
 
@@ -227,7 +227,7 @@ class Server:
     def __init__(self, cfg: ServingConfig, model_dir: str | Path) -> None:
         self.cfg = cfg
         self.model_dir = Path(model_dir)
-        if not (self.model_dir / META_FILE).is_file():
+        if cfg.sparse.store == "memory" and not (self.model_dir / META_FILE).is_file():
             raise RecrunnerError(f"{self.model_dir} is not a recrunner export (no {META_FILE}); "
                                  "train first, or set serving.model_dir / runner.output_dir")
         self.app = ServingApp(cfg, self.model_dir)
@@ -260,6 +260,13 @@ class Server:
         return f"{self.host}:{self.grpc_port}"
 
     def start(self, load_in_background: bool = True) -> None:
+        if self.cfg.sparse.store == "memory":
+            from recrunner.runtime import import_paddle
+
+            # Here, not in the loading thread: Paddle's import turns dygraph mode on for the
+            # importing thread only, and an embedding process's main thread would be left in
+            # static mode (its own dygraph code then fails).
+            import_paddle(self.cfg.threads)
         handler = type("BoundHandler", (Handler,), {"app": self.app,
                                                     "timeout": self.cfg.socket_timeout_s})
         try:
