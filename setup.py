@@ -61,6 +61,8 @@ setup(
         "paddle2onnx==2.1.0",
         "sympy>=1.12",  # paddle2onnx pip-installs it at conversion time otherwise
         "matplotlib>=3.7",  # recrun report
+        # serving.sparse.store=redis: the sparse tier's nodes (recrun serve, recrun publish).
+        "redis>=5",
         "croniter>=2",  # pipeline.schedule: a cron line is checked when the config loads
     ],
     extras_require={
