@@ -285,3 +285,36 @@ def test_killed_trainer_without_restarts_fails_in_bounded_time(synth_data: dict[
     from recrunner.fleet.status import pid_alive
 
     assert not any(pid_alive(s["pid"]) for s in read_status(run).values())
+
+
+def test_a_server_whose_port_is_taken_is_launched_again_on_other_ports(
+        small_synth: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two jobs started together once both bound one port and a server failed to listen;
+    its trainers waited for mode.timeout_s. Now the launch is redone on fresh ports at once."""
+    import socket
+
+    from recrunner.config.compose import load
+    from recrunner.fleet import launcher, roles
+
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        chosen: list[list[int]] = []
+
+        def ports(n: int) -> list[int]:
+            out = roles.free_ports(n)
+            if not chosen:
+                out[0] = taken.getsockname()[1]  # the first launch's server port
+            chosen.append(out)
+            return out
+
+        monkeypatch.setattr(launcher, "free_ports", ports)
+        run = tmp_path / "run"
+        cfg = load(["mode=ps", "mode.servers=1", "mode.trainers=2", *TRAIN,
+                    *data_overrides(small_synth), *run_dir_overrides(run)])
+        summary = launcher.launch(cfg)  # a wait for mode.timeout_s would end in DistError
+    assert len(chosen) == 2 and chosen[1][0] != chosen[0][0]
+    assert summary["auc"] > 0.5 and (run / "export" / "export.json").is_file()
+    assert "is already in use" in (run / "logs" / "serverlog.0").read_text()
+    assert (run / "logs-ports1" / "workerlog.1").is_file()

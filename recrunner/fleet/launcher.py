@@ -19,13 +19,14 @@ from recrunner.config.compose import to_yaml
 from recrunner.config.schema import RootConfig
 from recrunner.fleet import job_env, status
 from recrunner.fleet.echo import LogEcho
-from recrunner.fleet.roles import DistError, free_ports
+from recrunner.fleet.roles import PORT_IN_USE, DistError, free_ports
 from recrunner.train import checkpoint
 
 POLL_S = 0.1
 # After the first failure, wait this long for the others' status before naming the culprit
 # (a killed process writes nothing; its peers then fail with a communication error).
 SETTLE_S = 1.0
+PORT_TRIES = 3  # launches per attempt when a server finds its port taken
 KILL_GRACE_S = 5.0
 
 
@@ -33,6 +34,7 @@ KILL_GRACE_S = 5.0
 class Outcome:
     ok: bool
     message: str = ""
+    port_taken: bool = False  # a server could not bind: nothing ran, launch again
 
 
 def log_name(role: str, index: int) -> str:
@@ -45,9 +47,14 @@ def launch_command(cfg: RootConfig, config_file: Path, log_dir: Path) -> list[st
     if str(cfg.mode.name) == "collective":
         cmd += ["--nproc_per_node", str(cfg.mode.nproc)]
     else:
-        # The gloo rendezvous port defaults to a fixed 6767: pick a free one instead.
-        cmd += ["--server_num", str(cfg.mode.servers), "--trainer_num", str(cfg.mode.trainers),
-                "--gloo_port", str(free_ports(1)[0])]
+        # Every endpoint given: left to choose, the launcher numbers server ports up from a
+        # fixed 6070 (and gloo's from 6767), so two jobs on one machine started together
+        # both bound 6071 and one server failed to listen. Free ephemeral ports instead.
+        servers, trainers = cfg.mode.servers, cfg.mode.trainers
+        ports = [f"127.0.0.1:{p}" for p in free_ports(servers + trainers + 1)]
+        cmd += ["--servers", ",".join(ports[:servers]),
+                "--trainers", ",".join(ports[servers:servers + trainers]),
+                "--gloo_port", ports[-1].rsplit(":", 1)[1]]
     # Every process runs the same entry point a Paddle Operator pod runs.
     return cmd + [sys.executable, "-u", "-m", "recrunner", "train", "--config-file",
                   str(config_file)]
@@ -94,6 +101,7 @@ def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome
     last_mtime = 0.0
     first_bad: float | None = None
     seen_dead: dict[int, float] = {}  # pid -> when first seen gone (a death has no status)
+    next_listen_check = 0.0
     echo = LogEcho(log_dir)
     while True:
         echo.poll()
@@ -116,7 +124,13 @@ def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome
         if first_bad is not None and (time.monotonic() - first_bad >= SETTLE_S or rc is not None
                                       and time.monotonic() - first_bad >= SETTLE_S / 2):
             echo.poll()
-            return Outcome(False, describe_failure(procs, rc, log_dir, expected, seen_dead))
+            message = describe_failure(procs, rc, log_dir, expected, seen_dead)
+            return Outcome(False, message, port_taken=PORT_IN_USE in message)
+        if time.monotonic() >= next_listen_check:  # once a second: it reads the logs
+            next_listen_check = time.monotonic() + 1.0
+            unbound = server_not_listening(log_dir, expected.get("server", 0))
+            if unbound:  # its trainers would wait for it until mode.timeout_s
+                return Outcome(False, unbound, port_taken=True)
         mtime = newest_mtime([log_dir, status.status_dir(out)])
         if mtime > last_mtime:
             last_mtime, last_life = mtime, time.monotonic()
@@ -153,6 +167,24 @@ def describe_failure(procs: list[status.ProcessStatus], rc: int | None, log_dir:
         return (f"{r} {i} exited before it started training (launcher exit code {rc}); "
                 f"log: {log_dir / log_name(r, i)}")
     return f"paddle.distributed.launch exited with code {rc}; logs: {log_dir}"
+
+
+LISTEN_FAILED = "Fail to listen"  # brpc's line when a server's port is taken
+
+
+def server_not_listening(log_dir: Path, servers: int) -> str:
+    """A one-line failure when a parameter server's log says it could not bind its port."""
+    for index in range(servers):
+        log_file = log_dir / log_name("server", index)
+        try:
+            text = log_file.read_text(errors="replace")
+        except OSError:
+            continue
+        if LISTEN_FAILED in text:
+            line = next(x for x in text.splitlines() if LISTEN_FAILED in x)
+            return (f"server {index} could not listen ({' '.join(line.split())[-120:]}): its "
+                    f"port was taken by another process; run the job again; log: {log_file}")
+    return ""
 
 
 def crash_reported(log_file: Path) -> bool:
@@ -211,26 +243,12 @@ def launch(cfg: RootConfig) -> dict[str, Any]:
     resume = cfg.runner.resume
     attempts = cfg.mode.max_restarts + 1
     for attempt in range(attempts):
-        run_cfg = local_run_config(cfg, out, resume)
-        config_file = out / "dist" / "config.yaml"
-        atomic.write_text(config_file, to_yaml(run_cfg), "config")
-        log_dir = out / ("logs" if attempt == 0 else f"logs-restart{attempt}")
-        log_dir.mkdir(parents=True, exist_ok=True)
-        status.clear(out)
-        # An allow-listed environment, credentials through a private file: Paddle's launcher
-        # writes the environment it is given into the run's logs.
-        with open(log_dir / "launch.log", "w") as launch_log, \
-                job_env.handed_over(child_env(run_cfg), job_env.needed_names(cfg)) as env:
-            proc = subprocess.Popen(launch_command(cfg, config_file, log_dir),
-                                    env=env, cwd=config_file.parent,
-                                    stdout=launch_log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-            try:
-                outcome = supervise(proc, run_cfg, log_dir)
-            finally:
-                if proc.poll() is None or any(status.pid_alive(p.pid)
-                                              for p in status.read_all(out)):
-                    stop(proc, out)
+        for again in range(PORT_TRIES):
+            outcome = launch_once(cfg, out, resume, attempt, again)
+            if not outcome.port_taken:
+                break
+            print(f"recrun train: {outcome.message}; launching again on other ports",
+                  file=sys.stderr, flush=True)
         if outcome.ok:
             return json.loads(summary_file.read_text())
         if attempt + 1 < attempts:
@@ -243,3 +261,32 @@ def launch(cfg: RootConfig) -> dict[str, Any]:
     raise DistError(f"{str(cfg.mode.name)} job failed: {outcome.message}"
                     + (f" (after {cfg.mode.max_restarts} restarts)" if cfg.mode.max_restarts
                        else "; runner.resume=true continues from the last checkpoint"))
+
+
+def launch_once(cfg: RootConfig, out: Path, resume: bool, attempt: int, again: int = 0
+                ) -> Outcome:
+    """One launch of the job's processes, supervised to their end (`again`: launches before
+    it in this attempt, whose servers found their ports taken; each has its own logs)."""
+    run_cfg = local_run_config(cfg, out, resume)
+    config_file = out / "dist" / "config.yaml"
+    atomic.write_text(config_file, to_yaml(run_cfg), "config")
+    log_dir = out / ("logs" if attempt == 0 else f"logs-restart{attempt}")
+    if again:
+        log_dir = log_dir.with_name(f"{log_dir.name}-ports{again}")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    status.clear(out)
+    # An allow-listed environment, credentials through a private file: Paddle's launcher
+    # writes the environment it is given into the run's logs.
+    with open(log_dir / "launch.log", "w") as launch_log, \
+            job_env.handed_over(child_env(run_cfg), job_env.needed_names(cfg)) as env:
+        proc = subprocess.Popen(launch_command(cfg, config_file, log_dir),
+                                env=env, cwd=config_file.parent,
+                                stdout=launch_log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            outcome = supervise(proc, run_cfg, log_dir)
+        finally:
+            if proc.poll() is None or any(status.pid_alive(p.pid)
+                                          for p in status.read_all(out)):
+                stop(proc, out)
+    return outcome

@@ -122,6 +122,9 @@ def prepare_env(mode: str, role: Role, env: MutableMapping[str, str] | None = No
         env.setdefault("PADDLE_TRAINERS_NUM", str(role.trainers_num))
 
 
+PORT_IN_USE = "is already in use"
+
+
 def check_port_free(endpoint: str, what: str) -> None:
     """Fail in one line when this process's port is taken (Paddle would hang or abort)."""
     host, _, port = endpoint.rpartition(":")
@@ -130,7 +133,7 @@ def check_port_free(endpoint: str, what: str) -> None:
         try:
             s.bind(("" if host not in ("127.0.0.1", "localhost") else host, int(port)))
         except OSError as exc:
-            raise DistError(f"{what} port {endpoint} is already in use ({exc.strerror}); "
+            raise DistError(f"{what} port {endpoint} {PORT_IN_USE} ({exc.strerror}); "
                             "free it or choose other ports") from None
 
 
