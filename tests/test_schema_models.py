@@ -48,10 +48,14 @@ def label_less(test_file: Path, schema: str, rows: int) -> bytes:
                      for line in lines[: rows + 1]).encode() + b"\n"
 
 
-# The two oldest models on every schema; DNN, DCN-V2, LR and FM (each run costs 10-60 s) on
-# the one with multi-valued fields and no dense features.
+# The two oldest models on every schema; DCN-V2 and LR (each run costs 10-20 s) on the one
+# with multi-valued fields and no dense features. DNN is W&D's deep part and FM DeepFM's FM
+# part (the same layers on the same pooled fields): left out to keep the suite under its 15
+# minutes. A model outside the zoo (a plugin) runs on tags_example.
+LEFT_OUT = {"dnn", "fm"}
 PAIRS = [(schema, model) for model in model_names() for schema in SCHEMAS
-         if model in ("wide_deep", "deepfm") or schema == "tags_example"]
+         if model in ("wide_deep", "deepfm")
+         or schema == "tags_example" and model not in LEFT_OUT]
 # Test AUC measured with these settings and data (the bound is 0.02 under it). LR and FM
 # reached only 0.527 / 0.536 on tags_example while the generator's truth ignored the schema's
 # `pooling: sum` and `table: item` for `history` (docs/models.md).
