@@ -212,3 +212,45 @@ def test_pruning_drops_what_no_kept_version_needs(tmp_path: Path) -> None:
     assert versions.prune(tmp_path, 1) == [3, 4] and versions.existing(tmp_path) == [5]
     np.testing.assert_array_equal(versions.load(tmp_path, 5)[0]["embedding.weight"],
                                   state["embedding.weight"])
+
+
+def test_rows_unseen_for_n_passes_are_evicted_and_travel_as_deletions(
+        small_synth: dict[str, str], tmp_path: Path) -> None:
+    days(tmp_path / "data", small_synth["train"], 3)
+    run = tmp_path / "run"
+    proc = recrun("train", *TRAIN, f"dataset.train={tmp_path / 'data'}/day=*",
+                  "runner.online=true", "model.evict_after_passes=1", f"runner.output_dir={run}")
+    assert proc.returncode == 0, proc.stderr
+    lines = [m for m in metrics(run) if m.get("trigger") == "pass"]
+    records = [versions.read_manifest(run, v) for v in (1, 2, 3)]
+    tables = {v: versions.load(run, v)[0]["embedding.weight"] for v in (1, 2, 3)}
+    for line, record, v in zip(lines, records, (1, 2, 3), strict=True):
+        live = int(tables[v].any(axis=1).sum())
+        assert line["table_rows_live"] == record["rows_live"] == live
+        assert line["rows_evicted"] == record["rows_evicted"] > 0
+    # Pass 3 zeroed exactly the rows alive after pass 2 that pass 3 did not touch
+    seen = versions.load_extra(run, 3, "seen")
+    assert seen is not None
+    alive_before = tables[2].any(axis=1)
+    untouched = alive_before & (seen < 3)
+    assert records[2]["rows_evicted"] == int(untouched.sum())
+    assert not tables[3][untouched].any() and tables[3][seen == 3].any(axis=1).all()
+    # ... in the model and in its Adam moments (a returning id starts from nothing)
+    net, opt = checkpoint.load(checkpoint.latest(run))  # type: ignore[arg-type]
+    assert not np.asarray(net["embedding.weight"])[untouched].any()
+    moments = [np.asarray(v) for k, v in opt["tables"].items() if "moment" in k]
+    assert len(moments) == 2 and not any(m[untouched].any() for m in moments)
+    # The delta of version 3 carries them as zero rows (published as deletions)
+    with np.load(versions.folder(run, 3) / versions.TABLE) as delta:
+        rows = delta[versions.ROWS]
+        zero = ~delta["embedding.weight"].any(axis=1)
+    assert set(np.flatnonzero(untouched)) <= set(rows[zero])
+
+
+def test_eviction_without_online_passes_is_refused() -> None:
+    with pytest.raises(RecrunnerError) as err:
+        load(["model.evict_after_passes=2"])
+    assert "model.evict_after_passes=2 needs runner.online=true" in str(err.value)
+    with pytest.raises(RecrunnerError) as err:
+        load(["runner.online=true", "model.evict_after_passes=-1"])
+    assert "model.evict_after_passes=-1 must be at least 0" in str(err.value)

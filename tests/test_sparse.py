@@ -30,6 +30,7 @@ pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
                                 reason="no redis-server (apt-get install -y redis-server; "
                                        ".ci/run installs it)")
 TRAIN = [*SMALL_MODEL, "runner.progress=false"]
+EVICT = ["model.evict_after_passes=2"]
 TOLERANCE = 1e-5  # the export's own check
 # against `recrun predict`, which prints 7 decimals
 PRINTED = TOLERANCE + 5e-8
@@ -84,21 +85,24 @@ def sparse_keys(nodes: list[RedisNode], replicas: int = 2, *more: str) -> list[s
 @pytest.fixture(scope="module")
 def online_run(small_synth: dict[str, str], tmp_path_factory: pytest.TempPathFactory
                ) -> dict[str, Path]:
-    """An online run over 3 days: version 1 (a base), 2 and 3 (deltas); the export of version 1
-    kept aside (the run's own export is version 3's)."""
+    """An online run over 3 days: version 1 (a base), 2 and 3 (deltas, with rows evicted:
+    model.evict_after_passes=2); the export of version 1 kept aside (the run's own export is
+    version 3's). The second command resumes the first, as a user adds days."""
     root = tmp_path_factory.mktemp("sparse")
     days(root / "data", small_synth["train"], 3)
     run = root / "run"
     first = recrun("train", *TRAIN, f"dataset.train={root / 'data'}/day=1",
-                   "runner.online=true", f"runner.output_dir={run}")
+                   "runner.online=true", f"runner.output_dir={run}", *EVICT)
     assert first.returncode == 0, first.stderr
     shutil.copytree(run / "export", root / "export-1")
     rest = recrun("train", *TRAIN, f"dataset.train={root / 'data'}/day=*",
-                  "runner.online=true", "runner.resume=true", f"runner.output_dir={run}")
+                  "runner.online=true", "runner.resume=true", f"runner.output_dir={run}",
+                  *EVICT)
     assert rest.returncode == 0, rest.stderr
-    kinds = [json.loads((run / "versions" / str(v) / "manifest.json").read_text())["kind"]
-             for v in (1, 2, 3)]
-    assert kinds == ["base", "delta", "delta"]
+    records = [json.loads((run / "versions" / str(v) / "manifest.json").read_text())
+               for v in (1, 2, 3)]
+    assert [r["kind"] for r in records] == ["base", "delta", "delta"]
+    assert [r["rows_evicted"] > 0 for r in records] == [False, True, True]
     return {"run": run, "1": root / "export-1", "3": run / "export"}
 
 
@@ -187,6 +191,12 @@ def test_one_model_from_the_store_for_a_base_and_after_deltas(
         assert np.abs(from_store - in_memory).max() <= TOLERANCE
         assert np.abs(from_store - offline(online_run["3"], lines)).max() <= PRINTED  # predict
         assert np.abs(from_store - base).max() > 1e-3  # the versions differ: a real test
+        # Evicted rows went in as deletions: an empty field, read as a zero row
+        import redis
+
+        node = redis.Redis(port=nodes[0].port)
+        deleted = sum(node.hget(k, "2") == b"" for k in node.scan_iter("recrun:r:*"))
+        assert deleted > 0
         # The server read rows from both shards and cached them for the next request
         health = json.loads(get(srv, "/healthz"))
         assert health["engine"] == "onnx+redis" and health["sparse_cache"]["rows"] > 0

@@ -22,9 +22,12 @@ class TableConfig:
     # Sparse (SelectedRows) embedding gradients: with lazy Adam ~2.4x faster than dense.
     sparse_grad: bool = True
     init_scale: float = 0.01
+    # runner.online: zero the rows no id has touched for this many passes (0: never); the
+    # zeroed rows travel in the next version as deletions (recrunner.online.evict).
+    evict_after_passes: int = 0
 
     def __post_init__(self) -> None:
-        at_least("model", self, sparse_feature_number=1)
+        at_least("model", self, sparse_feature_number=1, evict_after_passes=0)
         positive("model", self, "init_scale")
         at_least("model", self, embedding_l2=0.0)
 

@@ -33,6 +33,10 @@ class RootConfig:
             raise ValueError(f"runner.online=true applies to mode=local for now (mode="
                              f"{self.mode.name}: the fleet engines read dataset.train once, at "
                              "start)")
+        evict = getattr(self.model, "evict_after_passes", 0)
+        if evict and not self.runner.online:
+            raise ValueError(f"model.evict_after_passes={evict} needs runner.online=true (rows "
+                             "are evicted between passes)")
         if self.runner.init_from is not None and str(self.mode.name) != "local":
             raise ValueError("runner.init_from applies to mode=local for now")
         # Only the elastic engine knows its position within an epoch (recrunner.train.midepoch).

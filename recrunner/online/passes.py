@@ -21,9 +21,10 @@ import numpy as np
 
 from recrunner.config.schema import RootConfig
 from recrunner.errors import Interrupted
-from recrunner.online import partitions, versions
+from recrunner.online import evict, partitions, versions
 from recrunner.train import checkpoint
 from recrunner.train.driver import RunDriver
+from recrunner.train.dygraph import DygraphEngine
 
 log = logging.getLogger("recrunner.train")
 
@@ -34,6 +35,7 @@ class OnlineDriver(RunDriver):
         self.spec = self.cfg.dataset.train  # the glob; cfg.dataset.train is each pass's own
         self.stop = threading.Event()
         self.previous_tables: versions.Arrays | None = None
+        self.seen: np.ndarray | None = None  # each table row's last pass seen (eviction)
 
     # --- state -------------------------------------------------------------------------
     # --- one pass ------------------------------------------------------------------------
@@ -42,7 +44,10 @@ class OnlineDriver(RunDriver):
         where = {"pass": n, "partition": part}
         self.record({**self.evaluate(part), **where}, trigger="progressive")
         self.cfg.dataset.train = part  # what the engine reads
+        before = self.tables_now() if self.evict_after else None
         self.train_epoch()
+        if before is not None:
+            where.update(self.evict(n, before))
         metrics = {**self.evaluate(), **where}
         self.progress.improved(metrics["auc"])
         self.record(metrics, trigger="pass")
@@ -50,6 +55,38 @@ class OnlineDriver(RunDriver):
         if self.group.is_writer:
             self.write_version(n, metrics)
         return metrics
+
+    # --- table hygiene (model.evict_after_passes) ------------------------------------------
+    @property
+    def dygraph(self) -> "DygraphEngine":
+        assert isinstance(self.engine, DygraphEngine)  # train_online builds the driver so
+        return self.engine
+
+    @property
+    def evict_after(self) -> int:
+        return int(getattr(self.cfg.model, "evict_after_passes", 0))
+
+    def tables_now(self) -> versions.Arrays:
+        state = {k: np.asarray(v) for k, v in self.dygraph.net.state_dict().items()}
+        return versions.split(state, self.cfg.model.sparse_feature_number)[0]
+
+    def evict(self, n: int, before: versions.Arrays) -> dict[str, int]:
+        """After pass n: mark the rows it changed as seen, zero those unseen for
+        evict_after_passes passes; returns the counts for the pass's metrics line."""
+        rows = self.cfg.model.sparse_feature_number
+        if self.seen is None:
+            done = n - 1  # passes before this one (a resumed run)
+            kept = versions.load_extra(self.out, done, evict.SEEN) if done else None
+            self.seen = kept if kept is not None else np.zeros(rows, np.int32)
+        now = self.tables_now()
+        self.seen[versions.changed_rows(now, before)] = n
+        gone = evict.to_evict(self.seen, n, self.evict_after, versions.live_rows(now))
+        if len(gone):
+            self.dygraph.zero_table_rows(gone, rows)
+        live = int(versions.live_rows(self.tables_now()).sum())
+        log.info("pass %d: %d table rows evicted (unseen for %d passes), %d live", n,
+                 len(gone), self.evict_after, live)
+        return {"rows_evicted": int(len(gone)), "table_rows_live": live}
 
     def write_version(self, n: int, metrics: dict[str, Any]) -> None:
         cfg = self.cfg.runner
@@ -66,7 +103,9 @@ class OnlineDriver(RunDriver):
         record = versions.write(self.out, n, arrays, self.cfg.model.sparse_feature_number,
                                 self.previous_tables, cfg.base_every,
                                 {"partition": str(self.cfg.dataset.train),
-                                 "auc": metrics.get("auc")}, export_dir)
+                                 "auc": metrics.get("auc"),
+                                 "rows_evicted": metrics.get("rows_evicted", 0)}, export_dir,
+                                {evict.SEEN: self.seen} if self.seen is not None else None)
         self.previous_tables = {k: v.copy() for k, v in versions.split(
             arrays, self.cfg.model.sparse_feature_number)[0].items()}
         dropped = versions.prune(self.out, cfg.keep_versions)
@@ -124,7 +163,6 @@ class OnlineDriver(RunDriver):
 
 def train_online(cfg: RootConfig) -> dict[str, Any]:
     """mode=local with runner.online=true."""
-    from recrunner.train.dygraph import DygraphEngine
     from recrunner.train.group import LocalGroup
     from recrunner.train.reading import Reader
 

@@ -42,6 +42,14 @@ def split(state: Arrays, table_rows: int) -> tuple[Arrays, Arrays]:
     return tables, {k: v for k, v in state.items() if k not in tables}
 
 
+def live_rows(tables: Arrays) -> np.ndarray:
+    """Mask of the rows holding anything (an evicted row is zero in every table)."""
+    mask = np.zeros(next(iter(tables.values())).shape[0], bool)
+    for table in tables.values():
+        mask |= table.any(axis=1)
+    return mask
+
+
 def changed_rows(tables: Arrays, previous: Arrays) -> np.ndarray:
     mask = np.zeros(next(iter(tables.values())).shape[0], bool)
     for name, table in tables.items():
@@ -60,11 +68,11 @@ def _save(path: Path, arrays: Arrays) -> None:
 
 
 def write(out: Path, version: int, state: Arrays, table_rows: int, previous: Arrays | None,
-          base_every: int, meta: dict[str, Any], export_dir: Path | None = None
-          ) -> dict[str, Any]:
+          base_every: int, meta: dict[str, Any], export_dir: Path | None = None,
+          extra: Arrays | None = None) -> dict[str, Any]:
     """Version `version` of the model `state`; `previous`: version-1's tables (None: none,
-    so a base); `export_dir`: the export of the same model, for the sparse tier's files.
-    Returns its manifest."""
+    so a base); `export_dir`: the export of the same model, for the sparse tier's files;
+    `extra`: arrays kept with the version as <name>.npy. Returns its manifest."""
     tables, dense = split(state, table_rows)
     if not tables:
         raise RecrunnerError(f"the model has no table of {table_rows} rows (model."
@@ -76,11 +84,15 @@ def write(out: Path, version: int, state: Arrays, table_rows: int, previous: Arr
         "parent": None if base else version - 1,
         "base": version if base else read_manifest(out, version - 1)["base"],
         "table_rows": table_rows, "rows_changed": int(len(rows)),
+        "rows_live": int(live_rows(tables).sum()),
         "tables": {k: list(v.shape) for k, v in tables.items()}, **meta}
     with atomic.writing_dir(folder(out, version), "version") as tmp:
         _save(tmp / DENSE, dense)
         _save(tmp / TABLE, {ROWS: rows, **{k: v[rows] for k, v in tables.items()}})
         names = [DENSE, TABLE]
+        for name, array in (extra or {}).items():
+            np.save(tmp / f"{name}.npy", array)
+            names.append(f"{name}.npy")
         if export_dir is not None:
             names += _serving_files(export_dir, tables, tmp, record)
         record["files"] = manifest.describe(tmp, names)
@@ -143,6 +155,17 @@ def load(out: Path, version: int) -> tuple[Arrays, Arrays, dict[str, Any]]:
             tables[name][rows] = values
     dense = _load(folder(out, version) / DENSE)
     return tables, dense, record
+
+
+def load_extra(out: Path, version: int, name: str) -> np.ndarray | None:
+    """An `extra` array of a version (checked against its manifest), None if it has none."""
+    record = read_manifest(out, version)
+    files = record.get("files") or {}
+    if f"{name}.npy" not in files:
+        return None
+    manifest.check(folder(out, version), {f"{name}.npy": files[f"{name}.npy"]},
+                   folder(out, version) / MANIFEST)
+    return np.asarray(np.load(folder(out, version) / f"{name}.npy"))
 
 
 def existing(out: Path) -> list[int]:

@@ -97,6 +97,25 @@ class DygraphEngine:
     def end_eval(self) -> None:
         self.net.train()
 
+    def zero_table_rows(self, rows: np.ndarray, table_rows: int) -> None:
+        """Zero `rows` of every table and of the tables' optimizer moments (eviction)."""
+        for param in self.net.parameters():
+            if len(param.shape) == 2 and param.shape[0] == table_rows:
+                value = param.numpy()
+                value[rows] = 0
+                param.set_value(value)
+        tables = self.opt.parts.get("tables")
+        if tables is None:
+            return
+        state = tables.state_dict()
+        for tensor in state.values():
+            if hasattr(tensor, "shape") and len(tensor.shape) == 2 \
+                    and tensor.shape[0] == table_rows:
+                value = tensor.numpy()
+                value[rows] = 0
+                tensor.set_value(value)
+        tables.set_state_dict(state)
+
     def state(self, checkpoint_root: Path, epoch: int) -> ModelState:
         return ModelState(self.net.state_dict(), self.opt.state_dict())
 
