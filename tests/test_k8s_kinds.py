@@ -44,11 +44,19 @@ def test_every_row_that_a_command_creates_has_a_builder_and_a_name() -> None:
         assert callable(kinds.builder(kind)), kind.kind  # the "module:function" resolves
         # A kind named per run (Workflows) is found by its labels instead.
         assert (kind.name is not kinds.unnamed) != kind.per_run, kind.kind
-    assert len({k.kind for k in kinds.KINDS}) == len(kinds.KINDS)
+    # One row per kind and command (a Service is the elastic job's etcd for submit, a shard's
+    # address for serve); rows of one kind agree on what the API says about it.
+    assert len({(k.kind, k.creator) for k in kinds.KINDS}) == len(kinds.KINDS)
+    for kind in kinds.KINDS:
+        first = kinds.find(kind.kind)
+        assert first is not None
+        assert (kind.api_version, kind.plural, kind.namespaced, kind.install) == (
+            first.api_version, first.plural, first.namespaced, first.install)
 
 
-def test_serving_kinds_are_the_serve_rows() -> None:
-    assert [k.kind for k in kinds.created_by(Creator.serve)] == [str(k) for k in ServingKind]
+def test_serve_rows_are_the_sparse_tier_then_the_serving_kinds() -> None:
+    assert [k.kind for k in kinds.created_by(Creator.serve)] == [
+        "Service", "StatefulSet", "Deployment", *(str(k) for k in ServingKind)]
 
 
 def test_plurals_and_scope_agree_with_the_shipped_crds() -> None:

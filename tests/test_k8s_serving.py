@@ -57,7 +57,7 @@ def config(*overrides: str) -> RootConfig:
 
 
 def serving(*overrides: str) -> dict[str, Any]:
-    doc, notes = ops.render_serving(config(*overrides))
+    (doc,), notes = ops.render_serving(config(*overrides))
     assert not [n for n in notes if "skipped" in n], notes  # validated against its CRD
     return doc
 
@@ -137,7 +137,7 @@ def test_shipped_kserve_crd_is_the_upstream_copy() -> None:
 
 
 def test_paddleservice_mounts_the_job_volume_and_says_it_is_not_restricted() -> None:
-    doc, notes = ops.render_serving(config())
+    (doc,), notes = ops.render_serving(config())
     assert doc["kind"] == "PaddleService"
     volumes = {v["name"]: v for v in doc["spec"]["volumes"]}
     assert volumes["models"]["persistentVolumeClaim"]["claimName"] == "wide-deep-synth-models"
@@ -280,10 +280,10 @@ def test_every_rendered_pod_meets_the_restricted_profile(scenario: str,
     monkeypatch.setenv("JUICEFS_METAURL", METAURL)
     cfg = config(*SCENARIOS[scenario], *ISVC)
     docs = ops.render(cfg).docs
-    docs.append(ops.render_serving(cfg)[0])
+    docs.append(ops.render_serving(cfg)[0][-1])
     from_uri = copy.deepcopy(cfg)
     from_uri.serving.k8s.storage_uri = "gs://m/x"
-    docs.append(ops.render_serving(from_uri)[0])
+    docs.append(ops.render_serving(from_uri)[0][-1])
     pods = pod_specs(docs)
     assert {"PaddleJob worker", "InferenceService predictor"} <= set(pods)
     etcd = {p for p in pods if p.startswith("Deployment rdzv-")}
@@ -428,6 +428,81 @@ def test_pods_read_credentials_from_secrets_by_reference(monkeypatch: pytest.Mon
     ref = {"name": "AWS_SECRET_ACCESS_KEY",
            "valueFrom": {"secretKeyRef": {"name": "s3-creds", "key": "secret"}}}
     assert ref in c["env"]
-    assert ref in predictor_container(ops.render_serving(cfg)[0])["env"]
+    assert ref in predictor_container(ops.render_serving(cfg)[0][-1])["env"]
     with pytest.raises(RecrunnerError, match="is not <secret name>:<key>"):
         ops.render(config("+cluster.secret_env.TOKEN=no-key"))
+
+
+# --- serving.sparse.store=redis: ElasticCTR's topology --------------------------------------
+
+SPARSE = ("serving.sparse.store=redis", "serving.sparse.replicas=2",
+          "serving.k8s.kind=InferenceService")
+
+
+def test_sparse_nodes_publisher_and_server_render_valid_and_restricted() -> None:
+    cfg = config(*SPARSE, "serving.sparse.k8s.shards=3", "serving.sparse.k8s.storage=50Gi")
+    docs, notes = ops.render_serving(cfg)  # every document validated against its schema
+    assert not [n for n in notes if "skipped" in n], notes
+    assert [d["kind"] for d in docs] == ["Service"] * 3 + ["StatefulSet"] * 3 + [
+        "Deployment", "InferenceService"]
+    services, sets, (publisher,), (isvc,) = docs[:3], docs[3:6], docs[6:7], docs[7:]
+    nodes = [f"{s['metadata']['name']}-{r}.{s['metadata']['name']}.ctr.svc:6379"
+             for s in sets for r in range(2)]
+    for service, stateful in zip(services, sets, strict=True):
+        assert service["spec"]["clusterIP"] == "None"
+        assert stateful["spec"]["serviceName"] == service["metadata"]["name"]
+        assert stateful["spec"]["replicas"] == 2
+        assert service["spec"]["selector"] == stateful["spec"]["selector"]["matchLabels"]
+        (claim,) = stateful["spec"]["volumeClaimTemplates"]
+        assert claim["spec"]["resources"]["requests"]["storage"] == "50Gi"
+        (redis,) = stateful["spec"]["template"]["spec"]["containers"]
+        assert redis["image"] == "redis:7.2" and "--appendonly" in redis["command"]
+        assert not violations(stateful["spec"]["template"]["spec"])
+    # Publisher and server reach the same nodes, in the same order (shard 0's replicas first)
+    shards = f"serving.sparse.shards=[{','.join(nodes)}]"
+    (pub,) = publisher["spec"]["template"]["spec"]["containers"]
+    assert pub["command"][:3] == ["recrun", "publish", "--follow"] and shards in pub["command"]
+    run = next(c for c in pub["command"] if c.startswith("--run="))
+    assert run.startswith(f"--run={cfg.cluster.juicefs.mount_path}/")  # the job's folder
+    assert not violations(publisher["spec"]["template"]["spec"])
+    assert all(m.get("readOnly") for m in pub["volumeMounts"] if m["name"] == "models")
+    server = predictor_container(isvc)["command"]
+    assert shards in server and "serving.sparse.replicas=2" in server
+    # The commands parse: the server's overrides load as the config they came from
+    keys = [k for k in server if k.startswith("serving.sparse.")]
+    assert load(keys).serving.sparse.shards == nodes
+
+
+def test_given_sparse_nodes_render_no_statefulset() -> None:
+    cfg = config("serving.sparse.store=redis",
+                 "serving.sparse.shards=[kv-a.example:6379,kv-b.example:6379]")
+    docs, _ = ops.render_serving(cfg)
+    assert [d["kind"] for d in docs] == ["Deployment", "PaddleService"]
+    assert "serving.sparse.shards=[kv-a.example:6379,kv-b.example:6379]" in \
+        docs[0]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "serving.sparse.shards=[kv-a.example:6379,kv-b.example:6379]" in \
+        docs[1]["spec"]["default"]["arg"]
+
+
+def test_delete_removes_the_sparse_tier_and_keep_data_keeps_its_nodes() -> None:
+    from recrunner.k8s.manifests import names_for
+
+    cfg = config(*SPARSE)
+    names = names_for(cfg)
+    every = [(r.kind, r.name) for r in ops.targets(cfg, names, keep_data=False, job=False,
+                                                   serving=True)]
+    assert every[0] == ("InferenceService", names.serving)
+    assert ("Deployment", f"{names.sparse}-publisher") in every
+    assert {("StatefulSet", f"{names.sparse}-{i}") for i in (0, 1)} <= set(every)
+    kept = [(r.kind, r.name) for r in ops.targets(cfg, names, keep_data=True, job=False,
+                                                  serving=True)]
+    assert not [k for k in kept if k[0] == "StatefulSet"]
+
+
+def test_sparse_k8s_keys_are_checked_when_the_config_loads() -> None:
+    with pytest.raises(RecrunnerError) as err:
+        load([*BASE, "serving.sparse.store=redis", "serving.sparse.k8s.shards=0"])
+    assert "serving.sparse.k8s.shards=0 must be at least 1" in str(err.value)
+    with pytest.raises(RecrunnerError) as err:
+        load(["serving.sparse.store=redis"])  # not on a cluster: the nodes must be given
+    assert "needs serving.sparse.shards" in str(err.value)

@@ -28,8 +28,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check(cfg: RootConfig) -> None:
+    from recrunner.errors import RecrunnerError
     from recrunner.pipeline.steps import served_dir
 
+    if cfg.serving.sparse.store == "redis":  # the gate and promote steps publish exports
+        raise RecrunnerError("recrun pipeline promotes whole exports: it takes "
+                             "serving.sparse.store=memory (the sparse tier is fed by recrun "
+                             "publish from an online run, docs/online.md)")
     if cfg.cluster.name == "local":  # a workflow's steps run in pods: paths are theirs
         served_dir(cfg)
 

@@ -33,6 +33,11 @@ class RootConfig:
             raise ValueError(f"runner.online=true applies to mode=local for now (mode="
                              f"{self.mode.name}: the fleet engines read dataset.train once, at "
                              "start)")
+        sparse = self.serving.sparse
+        if sparse.store == "redis" and not sparse.shards and str(self.cluster.name) != "k8s":
+            raise ValueError("serving.sparse.store=redis needs serving.sparse.shards="
+                             "[host:port,...] (the Redis nodes; with cluster=k8s, recrun serve "
+                             "renders them when none are given)")
         evict = getattr(self.model, "evict_after_passes", 0)
         if evict and not self.runner.online:
             raise ValueError(f"model.evict_after_passes={evict} needs runner.online=true (rows "

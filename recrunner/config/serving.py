@@ -93,6 +93,29 @@ ENDPOINT = r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:[0-9]{1,5}"
 
 
 @dataclass
+class SparseK8sConfig:
+    """`recrun serve cluster=k8s` with serving.sparse.store=redis and no serving.sparse.shards:
+    the Redis nodes as one StatefulSet per shard (serving.sparse.replicas pods each, official
+    image, append-only file on a volume of its own), and the publisher's Deployment."""
+
+    shards: int = 2
+    image: str = "redis:7.2"
+    # The official image's redis user.
+    run_as_user: int = 999
+    storage: str = "10Gi"
+    # null: the cluster's default StorageClass.
+    storage_class: str | None = None
+    cpu: str = "500m"
+    memory: str = "2Gi"
+    # The publisher: seconds between its looks for a new version on the model volume.
+    publish_interval_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        at_least("serving.sparse.k8s", self, shards=1, run_as_user=1)
+        positive("serving.sparse.k8s", self, "publish_interval_s")
+
+
+@dataclass
 class SparseConfig:
     """Where the served model's embedding rows live (recrunner.sparse). With `redis`, `recrun
     publish` loads a run's model versions into the shards, and `recrun serve` runs the dense
@@ -112,6 +135,7 @@ class SparseConfig:
     timeout_s: float = 0.5
     # Rows a publisher sends a node per round trip.
     publish_batch_rows: int = 20_000
+    k8s: SparseK8sConfig = field(default_factory=SparseK8sConfig)
 
     def __post_init__(self) -> None:
         at_least("serving.sparse", self, replicas=1, cache_rows=0, publish_batch_rows=1)
@@ -122,13 +146,9 @@ class SparseConfig:
             if not re.fullmatch(ENDPOINT, str(node)) or not 0 < int(str(node).rsplit(":")[1]) \
                     < 65536:
                 raise ValueError(f"serving.sparse.shards: {node!r} is not host:port")
-        if self.store == SparseStore.redis:
-            if not self.shards:
-                raise ValueError("serving.sparse.store=redis needs serving.sparse.shards="
-                                 "[host:port,...] (the Redis nodes)")
-            if len(self.shards) % self.replicas:
-                raise ValueError(f"serving.sparse.shards lists {len(self.shards)} nodes, not a "
-                                 f"multiple of serving.sparse.replicas={self.replicas}")
+        if self.store == SparseStore.redis and len(self.shards) % self.replicas:
+            raise ValueError(f"serving.sparse.shards lists {len(self.shards)} nodes, not a "
+                             f"multiple of serving.sparse.replicas={self.replicas}")
         if len(set(self.shards)) != len(self.shards):
             raise ValueError("serving.sparse.shards lists a node twice")
 

@@ -1,7 +1,8 @@
 """The one table of Kubernetes kinds recrunner renders or reads: a row says everything about a
 kind but its document.
 
-Adding a kind is one row here and one builder:
+Adding a kind is one row here and one builder (a kind two commands create has a row for each,
+e.g. the Service of submit's etcd and those of serve's Redis shards):
 
 - the row: apiVersion, kind, plural (the API resource name: RBAC is rendered offline, where
   discovery cannot supply it), its object's name (a function of `manifests.Names`), its
@@ -96,6 +97,14 @@ KINDS = (
     Kind("v1", "Service", "services", attrgetter("etcd"), ".elastic:etcd_service"),
     Kind(PADDLE_API, "PaddleJob", "paddlejobs", attrgetter("job"),
          ".manifests:submitted_paddlejob", verbs=APPLY + ("list", "watch"), install=OPERATOR_CRDS),
+    # `recrun serve cluster=k8s serving.sparse.store=redis`: the Redis nodes (unless
+    # serving.sparse.shards names them) and the publisher, before the serving resource.
+    Kind("v1", "Service", "services", attrgetter("sparse"), ".sparse:services",
+         creator=Creator.serve),
+    Kind("apps/v1", "StatefulSet", "statefulsets", attrgetter("sparse"), ".sparse:statefulsets",
+         keep_data=True, creator=Creator.serve),
+    Kind("apps/v1", "Deployment", "deployments", attrgetter("sparse"), ".sparse:publisher",
+         creator=Creator.serve),
     # `recrun serve cluster=k8s`: one of these, by serving.k8s.kind.
     Kind(SERVING_API, "PaddleService", "paddleservices", attrgetter("serving"),
          ".serving:paddleservice", install=SERVING_CRDS, creator=Creator.serve),
@@ -131,6 +140,14 @@ def row(kind: str) -> Kind:
     found = find(kind)
     if found is None:
         raise KeyError(f"{kind} is not in the kinds table (recrunner/k8s/kinds.py)")
+    return found
+
+
+def row_of(kind: str, creator: Creator) -> Kind:
+    """The row of `kind` that `creator` creates (a kind may have a row per command)."""
+    found = next((k for k in KINDS if k.kind == kind and k.creator == creator), None)
+    if found is None:
+        raise KeyError(f"{kind} is not created by recrun {creator} (recrunner/k8s/kinds.py)")
     return found
 
 

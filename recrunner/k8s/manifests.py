@@ -44,6 +44,9 @@ class Names:
     created_secret: str | None = None  # `secret`, unless an existing one (create_secret=false)
     # `recrun pipeline`'s CronWorkflow, ServiceAccount, Role, RoleBinding (Workflows: <this>-<time>)
     pipeline: str = ""
+    # serving.sparse.store=redis: the publisher Deployment (<this>-publisher) and, without
+    # serving.sparse.shards, a StatefulSet and headless Service per shard (<this>-<shard>)
+    sparse: str | None = None
 
 
 Doc = dict[str, Any]
@@ -80,6 +83,8 @@ def names_for(cfg: RootConfig) -> Names:
         and cfg.mode.elastic.etcd is None else None,
         created_secret=secret if c.juicefs.create_secret else None,
         pipeline=f"{job}-pipeline",
+        sparse=to_dns_label(f"{serving_name(cfg)}-kv", 50)
+        if cfg.serving.sparse.store == "redis" else None,
     )
 
 

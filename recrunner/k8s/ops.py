@@ -60,17 +60,19 @@ def render(cfg: RootConfig, dry_run: bool = False) -> Rendered:
     return Rendered(docs, names, values, notes)
 
 
-def render_serving(cfg: RootConfig) -> tuple[dict[str, Any], list[str]]:
-    """The serving resource (serving.k8s.kind), validated against its schema; and the notes
-    on what was skipped."""
-    doc = serving_k8s.render(cfg)
-    check_no_leaks([doc], secrets.known_values(cfg.cluster.juicefs))
-    notes = validate.validate_documents([doc], crd_dir(cfg))
+def render_serving(cfg: RootConfig) -> tuple[list[dict[str, Any]], list[str]]:
+    """What `recrun serve cluster=k8s` applies, in order: the sparse tier's objects
+    (serving.sparse.store=redis), then the serving resource (serving.k8s.kind); all validated
+    against their schemas. And the notes on what was skipped."""
+    docs = [*serving_k8s.render_sparse(cfg), serving_k8s.render(cfg)]
+    check_no_leaks(docs, secrets.known_values(cfg.cluster.juicefs))
+    notes = validate.validate_documents(docs, crd_dir(cfg))
+    doc = docs[-1]
     if doc["kind"] == "PaddleService":
         notes.append(f"{doc['kind']}/{doc['metadata']['name']}: ElasticServing's CRD has no "
                      "securityContext, so its pods are not restricted (Pod Security "
                      "Standards); serving.k8s.kind=InferenceService renders restricted pods")
-    return doc, notes
+    return docs, notes
 
 
 def serving_ref(cfg: RootConfig, names: Names) -> Ref:
@@ -133,6 +135,10 @@ def targets(cfg: RootConfig, names: Names, keep_data: bool, job: bool = True,
     cache, the model volume and its Secret).
     """
     refs = [serving_ref(cfg, names)] if serving else []
+    if serving:  # then the sparse tier's objects, last applied first
+        refs += [Ref.to(doc["kind"], doc["metadata"]["name"], names.namespace)
+                 for doc in reversed(serving_k8s.render_sparse(cfg))
+                 if not (keep_data and kinds.row_of(doc["kind"], Creator.serve).keep_data)]
     if not job:
         return refs
     rows = reversed(kinds.created_by(Creator.submit))

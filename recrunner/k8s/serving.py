@@ -71,10 +71,15 @@ def model_path(cfg: RootConfig) -> str:
 
 def serve_command(cfg: RootConfig, model_dir: str) -> list[str]:
     k, s = cfg.serving.k8s, cfg.serving
-    return ["recrun", "serve", "serving.host=0.0.0.0", f"serving.port={k.port}",
-            f"serving.threads={s.threads}", f"serving.workers={s.workers}",
-            f"serving.engine={s.engine}", f"serving.max_batch_rows={s.max_batch_rows}",
-            f"serving.batch_wait_ms={s.batch_wait_ms:g}", f"serving.model_dir={model_dir}"]
+    command = ["recrun", "serve", "serving.host=0.0.0.0", f"serving.port={k.port}",
+               f"serving.threads={s.threads}", f"serving.workers={s.workers}",
+               f"serving.engine={s.engine}", f"serving.max_batch_rows={s.max_batch_rows}",
+               f"serving.batch_wait_ms={s.batch_wait_ms:g}", f"serving.model_dir={model_dir}"]
+    if s.sparse.store == "redis":  # the rows from the sparse nodes, not the export
+        from recrunner.k8s.sparse import sparse_keys
+
+        command += sparse_keys(cfg, names_for(cfg))
+    return command
 
 
 def validate_serving(cfg: RootConfig) -> None:
@@ -212,6 +217,15 @@ def inferenceservice(cfg: RootConfig, names: Names) -> Doc:
                              instance=names.serving),
         "spec": {"predictor": predictor},
     }
+
+
+def render_sparse(cfg: RootConfig) -> list[Doc]:
+    """The sparse tier's objects (serving.sparse.store=redis; none otherwise), in apply
+    order: the serve rows of the kinds table other than the serving resources."""
+    names = names_for(cfg)
+    serving_kinds = {str(kind) for kind in ServingKind}
+    return [doc for kind in kinds.created_by(kinds.Creator.serve)
+            if kind.kind not in serving_kinds for doc in documents(kind, cfg, names)]
 
 
 def render(cfg: RootConfig) -> Doc:

@@ -43,7 +43,7 @@ def render_service(cfg: RootConfig) -> dict[str, Any]:
     """The serving resource (serving.k8s.kind), validated (recrunner.k8s.serving builds it)."""
     from recrunner.k8s import ops
 
-    return ops.render_serving(cfg)[0]
+    return ops.render_serving(cfg)[0][-1]
 
 
 def apply(cfg: RootConfig, doc: dict[str, Any]) -> str:
@@ -58,15 +58,17 @@ def serve_on_k8s(cfg: RootConfig, model_dir: Path, dry_run: bool, bundle: bool =
     """Render (and unless `dry_run`, apply) the serving resource; `bundle`: pack the export
     as a Paddle Serving bundle beside it (a dry run writes nothing unless asked)."""
     from recrunner.k8s import ops
-    from recrunner.k8s.manifests import dump
+    from recrunner.k8s.manifests import dump, dump_all
     from recrunner.k8s.serving import model_path
 
-    doc, notes = ops.render_serving(cfg)  # config errors before any file is written
+    docs, notes = ops.render_serving(cfg)  # config errors before any file is written
+    doc = docs[-1]
     for note in notes:
         print(f"recrun serve: note: {note}", file=sys.stderr)
     k = cfg.serving.k8s
     tar_path = None
-    if bundle and (model_dir.is_dir() or not dry_run):
+    sparse = cfg.serving.sparse.store == "redis"  # the server reads no export: no bundle
+    if bundle and not sparse and (model_dir.is_dir() or not dry_run):
         tar_path = write_bundle(model_dir)
         print(f"recrun serve: bundle {model_dir} ({SERVER_CONF}, {CLIENT_CONF}) packed as "
               f"{tar_path}", file=sys.stderr)
@@ -76,8 +78,9 @@ def serve_on_k8s(cfg: RootConfig, model_dir: Path, dry_run: bool, bundle: bool =
               f"volume; or upload {tar_path.name} and set serving.k8s.{url_key}",
               file=sys.stderr)
     if dry_run:
-        sys.stdout.write(dump(doc))
+        sys.stdout.write(dump(doc) if len(docs) == 1 else dump_all(docs))
         return 0
-    result = apply(cfg, doc)
-    print(f"{doc['kind'].lower()}/{doc['metadata']['name']} {result}")
+    for each in docs:
+        result = apply(cfg, each)
+        print(f"{each['kind'].lower()}/{each['metadata']['name']} {result}")
     return 0
