@@ -98,8 +98,9 @@ def serve_here(cfg: RootConfig) -> int:
         reload_on_hangup(server)
 
     # Paddle installs its own SIGTERM handler (a crash dump, no drain) when imported: import it
-    # first, then take the signals back.
-    import_paddle(cfg.serving.threads)
+    # first, then take the signals back. The sparse store's server runs no Paddle at all.
+    if cfg.serving.sparse.store == "memory":
+        import_paddle(cfg.serving.threads)
     install_handlers()
     server.start()
     print(f"recrun serve: {server.app.repo.source} on {server.url} (loading; GET /healthz says "

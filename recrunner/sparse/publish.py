@@ -66,10 +66,12 @@ class Publisher:
         if versions.GRAPH not in files:
             raise RecrunnerError(f"{folder}: version {version} has no served graph: "
                                  f"{record.get('serving_error', 'written before the sparse tier')}")
-        manifest.check(folder, files, folder / versions.MANIFEST)  # refuse a corrupt version
-        todo = [n for n in self.store.nodes if not self.store.holds(n, version)]
+        # A node's versions below its floor were merged into it and dropped (collect): held.
+        todo = [n for n in self.store.nodes
+                if version >= self.floor(n) and not self.store.holds(n, version)]
         if not todo:
             return
+        manifest.check(folder, files, folder / versions.MANIFEST)  # refuse a corrupt version
         with np.load(folder / versions.TABLE) as data:
             rows = data[versions.ROWS].astype(np.int64)
             names = sorted(k for k in data.files if k != versions.ROWS)
@@ -103,6 +105,11 @@ class Publisher:
         key = self.store.key("v", version)
         self.store.must(node, lambda n: n.client.hset(key, mapping=fields),
                         f"take version {version}'s {', '.join(fields)}")
+
+    def floor(self, node: Node) -> int:
+        value = self.store.must(node, lambda n: n.client.get(self.store.key("floor")),
+                                "give its floor")
+        return int(value or 0)
 
     def write_node(self, node: Node, version: int, ids: np.ndarray, values: np.ndarray,
                    deleted: np.ndarray) -> None:
@@ -143,12 +150,12 @@ class Publisher:
         if target is None:
             raise RecrunnerError(f"{self.run_dir} has no model versions (train it with "
                                  "runner.online=true)")
+        t0 = time.perf_counter()
+        for v in self.chain(target):
+            self.load(v)  # also refills a node that came back empty
         if self.store.live() == target:
             self.collect()
             return target
-        t0 = time.perf_counter()
-        for v in self.chain(target):
-            self.load(v)
         diff = self.verify(target)
         self.go_live(target)
         log.info("version %d is live (probe within %.2g of the trained network on every "
@@ -189,7 +196,7 @@ class Publisher:
 
     def trim(self, node: Node, floor: int) -> list[int]:
         client = node.client
-        old = int(client.get(self.store.key("floor")) or 0)
+        old = self.floor(node)
         held = self.store.all_versions(node)
         gone = [v for v in held if v < floor]
         if floor <= old or not gone:
