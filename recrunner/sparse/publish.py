@@ -59,7 +59,8 @@ class Publisher:
 
     # --- one version onto every node -------------------------------------------------------
 
-    def load(self, version: int) -> None:
+    def load(self, version: int) -> bool:
+        """Write `version` to every node that lacks it; whether any did."""
         folder = versions.folder(self.run_dir, version)
         record = versions.read_manifest(self.run_dir, version)
         files = record.get("files") or {}
@@ -70,7 +71,7 @@ class Publisher:
         todo = [n for n in self.store.nodes
                 if version >= self.floor(n) and not self.store.holds(n, version)]
         if not todo:
-            return
+            return False
         manifest.check(folder, files, folder / versions.MANIFEST)  # refuse a corrupt version
         with np.load(folder / versions.TABLE) as data:
             rows = data[versions.ROWS].astype(np.int64)
@@ -100,6 +101,7 @@ class Publisher:
         self.timings[version] = time.perf_counter() - t0
         log.info("version %d (%s, %d rows) written to %d nodes in %.2f s", version,
                  record["kind"], len(rows), len(todo), self.timings[version])
+        return True
 
     def put_fields(self, node: Node, version: int, fields: dict[str, Any]) -> None:
         key = self.store.key("v", version)
@@ -151,9 +153,9 @@ class Publisher:
             raise RecrunnerError(f"{self.run_dir} has no model versions (train it with "
                                  "runner.online=true)")
         t0 = time.perf_counter()
-        for v in self.chain(target):
-            self.load(v)  # also refills a node that came back empty
-        if self.store.live() == target:
+        # Also refills a node that came back empty: then checked and marked live like the rest.
+        wrote = [self.load(v) for v in self.chain(target)]
+        if self.store.live() == target and not any(wrote):
             self.collect()
             return target
         diff = self.verify(target)
