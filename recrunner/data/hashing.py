@@ -62,7 +62,8 @@ def hash_byte_strings(values: list[bytes], salt: np.ndarray) -> np.ndarray:
 
 
 def field_salt(field_name: str) -> int:
-    return int(hash_strings(pa.array([field_name]), 0)[0])
+    # Not through pa.array: a list makes pyarrow import pandas, ~1 s of every process's start.
+    return int(hash_byte_strings([field_name.encode()], np.zeros(1, np.uint64))[0])
 
 
 def bucket_ids(hashes: np.ndarray, buckets: int | np.ndarray,
@@ -87,7 +88,7 @@ def hash_to_buckets(column: pa.Array | pa.ChunkedArray, salt: int, buckets: int,
         if pa.types.is_dictionary(chunk.type):
             table = bucket_ids(hash_strings(chunk.dictionary, salt), buckets, offset)
             if chunk.null_count:  # nulls hash like the empty string, stored at the end
-                empty = bucket_ids(hash_strings(pa.array([""]), salt), buckets, offset)
+                empty = bucket_ids(hash_byte_strings([b""], np.asarray(salt)), buckets, offset)
                 table = np.append(table, empty)
                 idx = pc.fill_null(chunk.indices, len(chunk.dictionary))
             else:
