@@ -14,6 +14,7 @@ from pathlib import Path
 
 from recrunner.config.serving import ServingConfig
 from recrunner.data.schema import Schema
+from recrunner.errors import one_line
 from recrunner.export.spec import OUTPUT
 from recrunner.serving import protocol
 from recrunner.serving.engine import Engine
@@ -22,7 +23,6 @@ from recrunner.serving.repository import (
     LoadRefused,
     ModelRepository,
     Stamp,
-    _one_line,
     export_name,
 )
 from recrunner.sparse.served import open_version
@@ -65,7 +65,7 @@ class SparseRepository(ModelRepository):
             diff = served.check()
             schema = Schema.from_dict(served.meta["schema"])
         except Exception as exc:
-            raise LoadRefused(f"cannot load version {live} from {where}: {_one_line(exc)}"
+            raise LoadRefused(f"cannot load version {live} from {where}: {one_line(exc)}"
                               ) from exc
         engine = Engine("onnx+redis", served.meta, [served.predict] * self._workers,
                         f"max |served - trained| = {diff:.2g} on the probe")
