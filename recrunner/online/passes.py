@@ -44,7 +44,8 @@ class OnlineDriver(RunDriver):
         where = {"pass": n, "partition": part}
         self.record({**self.evaluate(part), **where}, trigger="progressive")
         self.cfg.dataset.train = part  # what the engine reads
-        before = self.tables_now() if self.evict_after else None
+        # The tables as the pass starts: version n-1's, already held for its delta.
+        before = (self.previous_tables or self.tables_now()) if self.evict_after else None
         self.train_epoch()
         if before is not None:
             where.update(self.evict(n, before))
@@ -80,10 +81,11 @@ class OnlineDriver(RunDriver):
             self.seen = kept if kept is not None else np.zeros(rows, np.int32)
         now = self.tables_now()
         self.seen[versions.changed_rows(now, before)] = n
-        gone = evict.to_evict(self.seen, n, self.evict_after, versions.live_rows(now))
+        alive = versions.live_rows(now)
+        gone = evict.to_evict(self.seen, n, self.evict_after, alive)
         if len(gone):
             self.dygraph.zero_table_rows(gone, rows)
-        live = int(versions.live_rows(self.tables_now()).sum())
+        live = int(alive.sum()) - len(gone)  # the evicted rows were live ones
         log.info("pass %d: %d table rows evicted (unseen for %d passes), %d live", n,
                  len(gone), self.evict_after, live)
         return {"rows_evicted": int(len(gone)), "table_rows_live": live}
