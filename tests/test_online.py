@@ -169,7 +169,10 @@ def wait_for(condition, proc: subprocess.Popen, timeout_s: float = 180) -> None:
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["runner.online=true", "mode=ps"], "runner.online=true applies to mode=local"),
+    (["runner.online=true", "mode=collective"],
+     "runner.online=true applies to mode=local and mode=ps (mode=collective"),
+    (["runner.online=true", "mode=ps", "mode.sync_mode=geo"],
+     "runner.online=true in mode=ps needs mode.sync_mode=async (mode.sync_mode=geo"),
     (["runner.follow=true"], "runner.follow=true needs runner.online=true"),
     (["runner.online=true", "runner.base_every=0"], "runner.base_every=0 must be at least 1"),
     (["runner.online=true", "runner.keep_versions=0"],
@@ -254,3 +257,47 @@ def test_eviction_without_online_passes_is_refused() -> None:
     with pytest.raises(RecrunnerError) as err:
         load(["runner.online=true", "model.evict_after_passes=-1"])
     assert "model.evict_after_passes=-1 must be at least 0" in str(err.value)
+
+
+def test_ps_passes_version_the_servers_delta_and_evict_with_their_shrink(
+        small_synth: dict[str, str], tmp_path: Path) -> None:
+    """mode=ps: one job trains the passes; the servers keep the table between them. Each
+    version's delta is the servers' own (Paddle's save mode 1) plus the rows their shrink
+    deleted, and rebuilds exactly the tables the job checkpointed."""
+    days(tmp_path / "data", small_synth["train"], 3)
+    run = tmp_path / "run"
+    proc = recrun("train", *TRAIN, "mode=ps", "mode.servers=1", "mode.trainers=2",
+                  f"dataset.train={tmp_path / 'data'}/day=*", f"dataset.test={small_synth['test']}",
+                  "runner.online=true", "model.evict_after_passes=1", "runner.base_every=3",
+                  f"runner.output_dir={run}")
+    assert proc.returncode == 0, proc.stderr
+    rows = metrics(run)
+    assert [(r["pass"], Path(r["partition"]).name) for r in rows
+            if r["trigger"] == "progressive"] == [(1, "day=1"), (2, "day=2"), (3, "day=3")]
+    lines = [r for r in rows if r["trigger"] == "pass"]
+    assert [r["pass"] for r in lines] == [1, 2, 3]
+    assert [versions.read_manifest(run, v)["kind"] for v in (1, 2, 3)] == \
+        ["base", "delta", "delta"]
+    ckpt = {v: {k: np.asarray(x) for k, x in
+                checkpoint.load(checkpoint.at_epoch(run, v))[0].items()} for v in (1, 2, 3)}
+    table = "embedding.weight"
+    for v in (1, 2, 3):
+        tables, dense, record = versions.load(run, v)
+        # What the servers held after the pass (read back by the checkpoint), rebuilt
+        np.testing.assert_array_equal(tables[table], ckpt[v][table])
+        for name, value in dense.items():
+            np.testing.assert_array_equal(value, ckpt[v][name])
+        live = int(ckpt[v][table].any(axis=1).sum())
+        assert lines[v - 1]["table_rows_live"] == record["rows_live"] == live
+    for v in (2, 3):
+        with np.load(versions.folder(run, v) / versions.TABLE) as delta:
+            saved = set(delta[versions.ROWS].tolist())
+        differ = np.flatnonzero((ckpt[v][table] != ckpt[v - 1][table]).any(axis=1))
+        # The servers' delta: the rows that changed, and no others
+        assert saved == set(differ.tolist())
+        gone = ckpt[v - 1][table].any(axis=1) & ~ckpt[v][table].any(axis=1)
+        # Evicted after one pass unseen: the rows of pass v-1 that pass v did not push
+        assert lines[v - 1]["rows_evicted"] == int(gone.sum()) > 0
+        seen = versions.load_extra(run, v, "seen")
+        assert seen is not None
+        np.testing.assert_array_equal(gone, ckpt[v - 1][table].any(axis=1) & (seen < v))

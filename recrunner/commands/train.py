@@ -72,7 +72,7 @@ def check(cfg: RootConfig) -> None:
         from recrunner.fleet.elastic_launch import require_etcd3
 
         require_etcd3()
-    ensure_dataset(cfg.dataset)
+    ensure_dataset(cfg.dataset, cfg.runner.online)
 
 
 def run(cfg: RootConfig, args: argparse.Namespace) -> int:

@@ -29,10 +29,8 @@ class RootConfig:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
     def __post_init__(self) -> None:
-        if self.runner.online and (str(self.mode.name) != "local" or self.mode.elastic.enabled):
-            raise ValueError(f"runner.online=true applies to mode=local for now (mode="
-                             f"{self.mode.name}: the fleet engines read dataset.train once, at "
-                             "start)")
+        if self.runner.online:
+            self.check_online_mode()
         sparse = self.serving.sparse
         if sparse.store == "redis" and not sparse.shards and str(self.cluster.name) != "k8s":
             raise ValueError("serving.sparse.store=redis needs serving.sparse.shards="
@@ -51,6 +49,19 @@ class RootConfig:
                 raise ValueError(f"runner.{key}={value} applies to elastic mode=collective "
                                  "(mode.elastic.max_nodes>0) only: other modes checkpoint at "
                                  "epoch ends")
+
+    def check_online_mode(self) -> None:
+        """Passes run in mode=local and in mode=ps async, whose servers keep the tables from
+        pass to pass (recrunner.online.tables)."""
+        mode = str(self.mode.name)
+        if self.mode.elastic.enabled or mode not in ("local", "ps"):
+            raise ValueError(f"runner.online=true applies to mode=local and mode=ps (mode={mode}"
+                             f"{' elastic' if self.mode.elastic.enabled else ''}: its engine "
+                             "reads dataset.train once, at start)")
+        if mode == "ps" and self.mode.sync_mode != "async":
+            raise ValueError(f"runner.online=true in mode=ps needs mode.sync_mode=async "
+                             f"(mode.sync_mode={self.mode.sync_mode}: geo trainers train copies "
+                             "of the table that the servers' save modes and shrink do not see)")
 
 
 GROUP_SCHEMAS = {

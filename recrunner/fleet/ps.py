@@ -26,7 +26,15 @@ from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.reader import unshard
 from recrunner.fleet.geo import TABLE_KEY, load_geo_copies
-from recrunner.fleet.ps_tables import configure_strategy, table_shards, trainer_optimizer
+from recrunner.fleet.ps_tables import (
+    SAVE_ALL,
+    SAVE_DELTA,
+    SAVE_PASS,
+    TABLE_ID,
+    configure_strategy,
+    table_shards,
+    trainer_optimizer,
+)
 from recrunner.fleet.roles import DistError, Role, check_port_free, wait_for_port
 from recrunner.train import checkpoint
 from recrunner.train.build import build_net, model_inputs, table_rows, table_width
@@ -203,7 +211,7 @@ class PsEngine:
         # `sparse_ids` in a state exe.run's feed cannot use (3.0.0 fails or segfaults).
         for name in self.feed_names:
             self.test_program.global_block()._rename_var(name, INFER_PREFIX + name)
-        self.slot_files: tuple[list[str], int] | None = None
+        self.slot_files: dict[str, tuple[list[str], int]] = {}  # by dataset.train
         # Geo trainers' copies can only start from a checkpoint (before init_worker), not reload
         # one later: a geo job exports its last epoch.
         self.can_restore = cfg.mode.sync_mode != "geo"
@@ -212,6 +220,7 @@ class PsEngine:
         self.copies_differ = cfg.mode.sync_mode == "geo"
         self.resumed_geo = False  # run_ps loaded the checkpoint to resume into the copies
         self.table_shards = table_shards  # the servers' (resume_table_shards)
+        self.save_mode = SAVE_PASS if cfg.runner.online else SAVE_ALL
 
     def pull_dense(self) -> None:
         """Refresh this trainer's dense parameters from the servers.
@@ -230,20 +239,23 @@ class PsEngine:
 
     # --- training ----------------------------------------------------------------------
     def convert(self) -> tuple[list[str], int]:
-        """This trainer's shard as MultiSlot files (once per run; cached across runs)."""
-        if self.slot_files is None:
+        """This trainer's shard of dataset.train as MultiSlot files (once per run and data,
+        cached across runs; an online run's passes each have their own partition)."""
+        spec = str(self.cfg.dataset.train)
+        if spec not in self.slot_files:
             from recrunner.fleet.slots import convert_shard
 
             rank, world = self.group.rank, self.group.world
             shard_dir = self.out / "dist" / "slots" / f"train-{rank}-of-{world}"
+            if self.cfg.runner.online:
+                shard_dir = shard_dir / stable_name(spec)
             start = time.perf_counter()
-            files, rows = convert_shard(self.cfg.dataset, self.cfg.dataset.train,
-                                        self.reader.schema, self.reader.errors,
-                                        self.reader.shard, shard_dir)
+            files, rows = convert_shard(self.cfg.dataset, spec, self.reader.schema,
+                                        self.reader.errors, self.reader.shard, shard_dir)
             log.info("MultiSlot shard: %d rows in %d files (%.1fs)", rows, len(files),
                      time.perf_counter() - start)
-            self.slot_files = files, rows
-        return self.slot_files
+            self.slot_files[spec] = files, rows
+        return self.slot_files[spec]
 
     def train_epoch(self, epoch: int, on_step: OnStep) -> EpochStats:
         files, rows = self.convert()
@@ -375,7 +387,9 @@ class PsEngine:
             atomic.remove(saving)  # a killed job's
         self.group.barrier()
         faults.point("ps_tables.begin")
-        self.fleet.save_persistables(self.exe, str(saving))  # barriers inside
+        # Online passes save with mode 3: every row, then every row's unseen-days count + 1,
+        # which the servers' shrink evicts by (ps_tables.SAVE_PASS).
+        self.fleet.save_persistables(self.exe, str(saving), mode=self.save_mode)  # barriers
         if self.group.is_writer:
             atomic.adopt_dir(saving, ps_dir, "ps_tables")
         # numpy arrays: paddle.load gives them back and Net.set_state_dict takes them. Rows no
@@ -402,11 +416,39 @@ class PsEngine:
                             f"({ps_dir}); it was not written by mode=ps")
         check_table_shards(ckpt, self.table_shards)
         self.fleet.load_model(str(ps_dir), mode=0)  # servers load tables + optimizer states
+        if self.save_mode == SAVE_PASS:
+            # The files hold the unseen-days counts from before their save's increment.
+            self.save_scratch(SAVE_PASS)
         self.pull_dense()
         # One trainer reads the servers back; the others wait: their pushes would move them.
         if self.group.is_writer:
             check_restored(ckpt, state.net, self.net_state())
         self.group.barrier()
+
+    # --- online passes (recrunner.online.tables) ---------------------------------------
+    def save_scratch(self, mode: int) -> np.ndarray:
+        """Save the id table with Paddle's save `mode` into a scratch folder (every trainer;
+        the servers write); the writer reads back the ids saved. The folder is removed."""
+        scratch = self.out / "dist" / "table-save"
+        if self.group.is_writer:
+            atomic.remove(scratch)
+        self.group.barrier()
+        self.fleet.save_one_table(TABLE_ID, str(scratch), mode)  # barriers inside
+        rows = saved_ids(scratch / f"{TABLE_ID:03d}") if self.group.is_writer else \
+            np.empty(0, np.int64)
+        self.group.barrier()
+        if self.group.is_writer:
+            atomic.remove(scratch)
+        return rows
+
+    def saved_delta_rows(self) -> np.ndarray:
+        """The rows pushed since the last call: the servers' delta (save mode 1, which then
+        resets each saved row's delta score)."""
+        return self.save_scratch(SAVE_DELTA)
+
+    def shrink(self) -> None:
+        """The servers delete the rows unseen for more than delete_after_unseen_days."""
+        self.fleet.shrink()  # barriers inside
 
     def export(self, export_dir: Path, extra: dict[str, Any], ckpt: Checkpoint) -> Path:
         """The export is the dygraph Net filled with the checkpoint's values (the servers'
@@ -420,6 +462,28 @@ class PsEngine:
         atomic.write_text(dist / rebuild.EXTRA, json.dumps(extra), "config")
         rebuild.rebuild_in_subprocess(self.out, ckpt.path / MODEL_FILE, self.cfg.mode.timeout_s)
         return export_dir
+
+
+def saved_ids(table_dir: Path) -> np.ndarray:
+    """The ids in the servers' saved shards of a table (text lines `<id> <values...>`,
+    gzip-compressed or not)."""
+    import gzip
+
+    ids: list[int] = []
+    for part in sorted(table_dir.glob("part-*")):
+        with open(part, "rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+        opener: Any = gzip.open if gz else open
+        with opener(part, "rb") as fh:
+            ids.extend(int(line.split(maxsplit=1)[0]) for line in fh if line.strip())
+    return np.asarray(ids, np.int64)
+
+
+def stable_name(spec: str) -> str:
+    """A folder name for a data spec (stable across processes and runs)."""
+    import hashlib
+
+    return hashlib.sha256(spec.encode()).hexdigest()[:16]
 
 
 def check_restored(ckpt: Checkpoint, saved: dict[str, Any],
@@ -522,10 +586,15 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     if role.index == 0:
         from recrunner.data.prepare import ensure_dataset
 
-        ensure_dataset(cfg.dataset)  # a no-op when the launcher already did it
+        ensure_dataset(cfg.dataset, cfg.runner.online)  # a no-op after the launcher's
     group.barrier()
-    summary = RunDriver(cfg, engine, group, reader, servers=len(role.servers),
-                        sync_mode=cfg.mode.sync_mode).run()
+    driver: type[RunDriver] = RunDriver
+    if cfg.runner.online:
+        from recrunner.online.passes import OnlineDriver
+
+        driver = OnlineDriver
+    summary = driver(cfg, engine, group, reader, servers=len(role.servers),
+                     sync_mode=cfg.mode.sync_mode).run()
     # Only on success: after a failure the peers may never reach the barriers; the launcher
     # (or the operator) stops the job instead.
     stop_job(fleet, role)

@@ -37,6 +37,18 @@ SHARD_ROWS = 10_000
 MAX_SHARDS = 1000
 
 
+# Paddle's save modes (SparseAccessor::Save and UpdateStatAfterSave, Paddle 3.0): 0 every row;
+# 1 the "delta", rows pushed since the last mode-1 save (their delta score, which every push
+# raises, at least delta_threshold; the save resets it); 3 every row, then each row's unseen
+# days + 1 (a push sets them to 0; shrink deletes rows over delete_after_unseen_days).
+SAVE_ALL, SAVE_DELTA, SAVE_PASS = 0, 1, 3
+TABLE_ID = 0  # the id table's, among the servers' tables (saved as <dir>/000/)
+# Online passes: any push puts a row in the next delta (a push adds its show count times
+# nonclk_coeff, 0.1, or more), and nothing but eviction deletes a row.
+DELTA_THRESHOLD = 1e-6
+NEVER_DAYS = 1e9
+
+
 def table_shards(cfg: RootConfig) -> int:
     """The table's shard count: by its size, at least one per server."""
     return min(MAX_SHARDS, max(cfg.mode.servers, -(-table_rows(cfg) // SHARD_ROWS)))
@@ -61,10 +73,25 @@ def ps_table_configs(cfg: RootConfig, table: str, shards: int) -> dict[str, dict
         f"{acc}.ctr_accessor_param.show_click_decay_rate": 1.0,
         f"{acc}.ctr_accessor_param.delete_threshold": 0.0,
     }
+    if cfg.runner.online:
+        conf.update(online_accessor(cfg, f"{acc}.ctr_accessor_param"))
     for rule in ("embed_sgd_param", "embedx_sgd_param"):
         conf[f"{acc}.{rule}.name"] = "SparseAdamSGDRule"
         conf.update({f"{acc}.{rule}.adam.{k}": v for k, v in adam.items()})
     return {table: conf}
+
+
+def online_accessor(cfg: RootConfig, param: str) -> dict[str, Any]:
+    """The accessor's statistics for online passes (recrunner.online.tables): every pushed
+    row in the pass's delta; with model.evict_after_passes=N, shrink deletes the rows not
+    pushed for N passes. Each pass saves with mode 3 once (its checkpoint) and shrinks before
+    it, so a row last pushed in pass p has n - p unseen days at pass n's shrink, deleted when
+    over N - 1: when p <= n - N, as mode=local evicts."""
+    evict = int(getattr(cfg.model, "evict_after_passes", 0))
+    return {f"{param}.base_threshold": 0.0,
+            f"{param}.delta_threshold": DELTA_THRESHOLD,
+            f"{param}.delta_keep_days": NEVER_DAYS,
+            f"{param}.delete_after_unseen_days": float(evict - 1) if evict else NEVER_DAYS}
 
 
 def dense_rate(cfg: RootConfig) -> float:

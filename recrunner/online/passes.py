@@ -20,11 +20,10 @@ from typing import Any
 import numpy as np
 
 from recrunner.config.schema import RootConfig
-from recrunner.errors import Interrupted
-from recrunner.online import evict, partitions, versions
+from recrunner.errors import Interrupted, RecrunnerError
+from recrunner.online import evict, partitions, tables, versions
 from recrunner.train import checkpoint
 from recrunner.train.driver import RunDriver
-from recrunner.train.dygraph import DygraphEngine
 
 log = logging.getLogger("recrunner.train")
 
@@ -34,21 +33,26 @@ class OnlineDriver(RunDriver):
         super().__init__(*args, **kwargs)
         self.spec = self.cfg.dataset.train  # the glob; cfg.dataset.train is each pass's own
         self.stop = threading.Event()
-        self.previous_tables: versions.Arrays | None = None
+        self.rows = int(self.cfg.model.sparse_feature_number)
+        self.tables = tables.for_engine(self.engine, self.rows)
+        self.previous_tables: versions.Arrays | None = None  # version n-1's
         self.seen: np.ndarray | None = None  # each table row's last pass seen (eviction)
+        self.changed: np.ndarray | None = None  # the pass's rows for an exact delta
+        self.expected_live: int | None = None  # mode=ps: the live rows eviction leaves
 
-    # --- state -------------------------------------------------------------------------
     # --- one pass ------------------------------------------------------------------------
     def train_pass(self, part: str) -> dict[str, Any]:
         n = self.progress.epoch + 1
         where = {"pass": n, "partition": part}
         self.record({**self.evaluate(part), **where}, trigger="progressive")
         self.cfg.dataset.train = part  # what the engine reads
-        # The tables as the pass starts: version n-1's, already held for its delta.
-        before = (self.previous_tables or self.tables_now()) if self.evict_after else None
+        if self.evict_after or self.tables.exact_delta:
+            self.tables.begin(self.previous(n) if self.group.is_writer else None)
         self.train_epoch()
-        if before is not None:
-            where.update(self.evict(n, before))
+        if self.evict_after or self.tables.exact_delta:
+            self.changed = self.tables.changed()
+            if self.evict_after:
+                where.update(self.evict(n, self.changed))
         metrics = {**self.evaluate(), **where}
         self.progress.improved(metrics["auc"])
         self.record(metrics, trigger="pass")
@@ -57,71 +61,99 @@ class OnlineDriver(RunDriver):
             self.write_version(n, metrics)
         return metrics
 
-    # --- table hygiene (model.evict_after_passes) ------------------------------------------
-    @property
-    def dygraph(self) -> "DygraphEngine":
-        assert isinstance(self.engine, DygraphEngine)  # train_online builds the driver so
-        return self.engine
+    def previous(self, n: int) -> versions.Arrays | None:
+        """Version n-1's tables: held since it was written, or read back (a resumed run)."""
+        if self.previous_tables is None and n > 1 and n - 1 in versions.existing(self.out):
+            self.previous_tables = versions.load(self.out, n - 1)[0]
+        return self.previous_tables
 
+    # --- table hygiene (model.evict_after_passes) ------------------------------------------
     @property
     def evict_after(self) -> int:
         return int(getattr(self.cfg.model, "evict_after_passes", 0))
 
-    def tables_now(self) -> versions.Arrays:
-        state = {k: np.asarray(v) for k, v in self.dygraph.net.state_dict().items()}
-        return versions.split(state, self.cfg.model.sparse_feature_number)[0]
-
-    def evict(self, n: int, before: versions.Arrays) -> dict[str, int]:
-        """After pass n: mark the rows it changed as seen, zero those unseen for
+    def evict(self, n: int, changed: np.ndarray) -> dict[str, int]:
+        """After pass n: mark the rows it changed as seen, evict those unseen for
         evict_after_passes passes; returns the counts for the pass's metrics line."""
-        rows = self.cfg.model.sparse_feature_number
-        if self.seen is None:
-            done = n - 1  # passes before this one (a resumed run)
-            kept = versions.load_extra(self.out, done, evict.SEEN) if done else None
-            self.seen = kept if kept is not None else np.zeros(rows, np.int32)
-        now = self.tables_now()
-        self.seen[versions.changed_rows(now, before)] = n
-        alive = versions.live_rows(now)
-        gone = evict.to_evict(self.seen, n, self.evict_after, alive)
-        if len(gone):
-            self.dygraph.zero_table_rows(gone, rows)
-        live = int(alive.sum()) - len(gone)  # the evicted rows were live ones
-        log.info("pass %d: %d table rows evicted (unseen for %d passes), %d live", n,
-                 len(gone), self.evict_after, live)
+        gone = np.empty(0, np.int64)
+        live = 0
+        if self.group.is_writer:
+            if self.seen is None:
+                done = n - 1  # passes before this one (a resumed run)
+                kept = versions.load_extra(self.out, done, evict.SEEN) if done else None
+                self.seen = kept if kept is not None else np.zeros(self.rows, np.int32)
+            self.seen[changed] = n
+            if self.tables.exact_delta:  # the rows on the servers: version n-1's and new ones
+                previous = self.previous(n)
+                alive = np.zeros(self.rows, bool) if previous is None else \
+                    versions.live_rows(previous)
+                alive[changed] = True
+            else:
+                alive = versions.live_rows(self.tables_now())
+            gone = evict.to_evict(self.seen, n, self.evict_after, alive)
+            live = int(alive.sum()) - len(gone)
+            self.changed = np.union1d(changed, gone)
+            self.expected_live = live
+            log.info("pass %d: %d table rows evicted (unseen for %d passes), %d live", n,
+                     len(gone), self.evict_after, live)
+        self.tables.evict(gone)
         return {"rows_evicted": int(len(gone)), "table_rows_live": live}
+
+    def tables_now(self) -> versions.Arrays:
+        assert isinstance(self.tables, tables.DygraphTables)
+        return self.tables.now()
 
     def write_version(self, n: int, metrics: dict[str, Any]) -> None:
         cfg = self.cfg.runner
-        if self.previous_tables is None and n > 1 and n - 1 in versions.existing(self.out):
-            self.previous_tables = versions.load(self.out, n - 1)[0]  # resumed run
+        previous = self.previous(n)
         # The export first: the version's served graph is converted from it.
         self.exported_epoch = n
         export_dir = self.out / "export"
+        ckpt = checkpoint.at_epoch(self.out, n)
         self.engine.export(export_dir, {"metrics": metrics, **self.export_extra(),
-                                        "trained_by": f"mode={self.cfg.mode.name}"},
-                           checkpoint.at_epoch(self.out, n))
-        state = self.engine.state(checkpoint.checkpoint_root(self.out), n).net
-        arrays = {k: np.asarray(v) for k, v in state.items()}
-        record = versions.write(self.out, n, arrays, self.cfg.model.sparse_feature_number,
-                                self.previous_tables, cfg.base_every,
+                                        "trained_by": f"mode={self.cfg.mode.name}"}, ckpt)
+        arrays = {k: np.asarray(v) for k, v in checkpoint.load(ckpt)[0].items()}
+        now = versions.split(arrays, self.rows)[0]
+        changed = self.changed if self.tables.exact_delta else None
+        if changed is not None and self.expected_live is not None:
+            self.check_eviction(n, now)
+        record = versions.write(self.out, n, arrays, self.rows, previous, cfg.base_every,
                                 {"partition": str(self.cfg.dataset.train),
                                  "auc": metrics.get("auc"),
                                  "rows_evicted": metrics.get("rows_evicted", 0)}, export_dir,
-                                {evict.SEEN: self.seen} if self.seen is not None else None)
-        self.previous_tables = {k: v.copy() for k, v in versions.split(
-            arrays, self.cfg.model.sparse_feature_number)[0].items()}
+                                {evict.SEEN: self.seen} if self.seen is not None else None,
+                                changed)
+        self.previous_tables = {k: v.copy() for k, v in now.items()}
+        self.changed, self.expected_live = None, None
         dropped = versions.prune(self.out, cfg.keep_versions)
         log.info("version %d (%s, %d of %d rows)%s", n, record["kind"],
                  record["rows_changed"], record["table_rows"],
                  f"; pruned {dropped}" if dropped else "")
+
+    def check_eviction(self, n: int, now: versions.Arrays) -> None:
+        """mode=ps: the servers' shrink must have left the rows the driver's record says
+        (else the version's delta would not rebuild the servers' tables)."""
+        live = int(versions.live_rows(now).sum())
+        if live != self.expected_live:
+            raise RecrunnerError(f"pass {n}: the parameter servers hold {live} table rows "
+                                 f"after their shrink, the pass's record says "
+                                 f"{self.expected_live}: model.evict_after_passes and the "
+                                 "servers' delete_after_unseen_days disagree")
 
     def export_extra(self) -> dict[str, Any]:
         return {"version": self.exported_epoch}
 
     # --- the run -------------------------------------------------------------------------
     def pending(self) -> list[str]:
+        """The partitions still to train, as every process of the job sees them (a partition
+        that lands while they look is taken by the next look)."""
         found = partitions.partitions(self.spec, need_success=self.cfg.runner.follow)
-        return found[self.progress.epoch:]
+        agreed = -int(self.group.max(-float(len(found))))
+        return found[self.progress.epoch:agreed]
+
+    def stopping(self) -> bool:
+        """Whether any process of the job was told to stop (each gets its own signal)."""
+        return self.group.max(float(self.stop.is_set())) > 0
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg.runner
@@ -135,11 +167,11 @@ class OnlineDriver(RunDriver):
         metrics: dict[str, Any] | None = None
         handlers = self.catch_stop() if cfg.follow else {}
         try:
-            while not self.stop.is_set():
+            while not self.stopping():
                 todo = self.pending()
                 for part in todo:
                     metrics = self.train_pass(part)
-                    if self.stop.is_set():
+                    if self.stopping():
                         break
                 if not cfg.follow:
                     break
@@ -165,6 +197,7 @@ class OnlineDriver(RunDriver):
 
 def train_online(cfg: RootConfig) -> dict[str, Any]:
     """mode=local with runner.online=true."""
+    from recrunner.train.dygraph import DygraphEngine
     from recrunner.train.group import LocalGroup
     from recrunner.train.reading import Reader
 

@@ -69,16 +69,23 @@ def _save(path: Path, arrays: Arrays) -> None:
 
 def write(out: Path, version: int, state: Arrays, table_rows: int, previous: Arrays | None,
           base_every: int, meta: dict[str, Any], export_dir: Path | None = None,
-          extra: Arrays | None = None) -> dict[str, Any]:
+          extra: Arrays | None = None, changed: np.ndarray | None = None) -> dict[str, Any]:
     """Version `version` of the model `state`; `previous`: version-1's tables (None: none,
     so a base); `export_dir`: the export of the same model, for the sparse tier's files;
-    `extra`: arrays kept with the version as <name>.npy. Returns its manifest."""
+    `extra`: arrays kept with the version as <name>.npy; `changed`: a delta's rows as the
+    trainer knows them (mode=ps: the servers' own delta), else those that differ from
+    `previous`. Returns its manifest."""
     tables, dense = split(state, table_rows)
     if not tables:
         raise RecrunnerError(f"the model has no table of {table_rows} rows (model."
                              "sparse_feature_number) to version")
     base = previous is None or (version - 1) % base_every == 0
-    rows = np.arange(table_rows) if base else changed_rows(tables, previous or {})
+    if base:
+        rows = np.arange(table_rows)
+    elif changed is not None:
+        rows = np.unique(changed)
+    else:
+        rows = changed_rows(tables, previous or {})
     record: dict[str, Any] = {
         "version": version, "kind": "base" if base else "delta",
         "parent": None if base else version - 1,
