@@ -73,10 +73,16 @@ GROUP_SCHEMAS = {
 
 
 def register_configs() -> None:
-    """Store the schemas; group YAML files name theirs in their defaults list."""
+    """Store the schemas; group YAML files name theirs in their defaults list. What is stored
+    already is left: storing builds a schema's OmegaConf node (0.12 s here for all of them, a
+    third of a composition), and the schemas do not change while a process runs. A model
+    plugin installed since is stored on the next call."""
     cs = ConfigStore.instance()
-    cs.store(name="schema", node=RootConfig)
-    for group, schema in GROUP_SCHEMAS.items():
-        cs.store(group=f"schema/{group}", name="base", node=schema)
+    if "schema.yaml" not in cs.repo:
+        cs.store(name="schema", node=RootConfig)
+        for group, schema in GROUP_SCHEMAS.items():
+            cs.store(group=f"schema/{group}", name="base", node=schema)
+    stored = cs.repo.get("model", {})
     for name, schema in model_schemas().items():
-        cs.store(group="model", name=name, node=schema)
+        if f"{name}.yaml" not in stored:
+            cs.store(group="model", name=name, node=schema)
