@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import quiet
 
+from recrunner.online import versions
+
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data" / "synth" / "criteo"
 RECRUN = [sys.executable, "-m", "recrunner"]
@@ -220,18 +222,47 @@ def freshness(tmp: Path, opts: argparse.Namespace) -> None:
             p.wait()
 
 
+def distinct_ids(root: Path, rows: int, seed: int = 0) -> Path:
+    """One partition of Criteo-format rows whose 26 categorical values are random 32-bit hex
+    (nearly every value distinct), labels at the synthetic data's CTR."""
+    rng = np.random.default_rng(seed)
+    folder = root / "day=1"
+    folder.mkdir(parents=True)
+    with open(folder / "part-00000.tsv", "w") as out:
+        for start in range(0, rows, 100_000):
+            n = min(100_000, rows - start)
+            label = (rng.random(n) < 0.25).astype(int)
+            dense = rng.integers(0, 100, (n, 13))
+            cats = rng.integers(0, 2**32, (n, 26), dtype=np.uint64)
+            for i in range(n):
+                out.write("\t".join([str(label[i]), *map(str, dense[i]),
+                                      *(f"{c:08x}" for c in cats[i])]) + "\n")
+    (folder / "_SUCCESS").write_bytes(b"")
+    return root
+
+
 def scale(tmp: Path, opts: argparse.Namespace) -> None:
-    """A table of 10,000,019 rows (every row a key: a fresh table's rows are all non-zero),
-    published to 2 shards; RSS of the KV-backed and the in-memory server, same predictions."""
+    """A table of 10,000,019 rows published to 2 shards; RSS of the KV-backed and the
+    in-memory server, same predictions. mode=local: a fresh table's rows are all non-zero, so
+    every row is a key. --mode ps: the servers hold only the rows pushed, so the data has
+    --distinct-rows rows of random ids (26 each) hashed into a table of 2x that many ids:
+    at least 10 million distinct rows are trained and published."""
     from recrunner.serving import client
 
-    data = days(tmp / "data", opts.rows_per_day, 1)
     out = tmp / "run"
-    rows = 10_000_019
+    if opts.mode == "ps":
+        data = distinct_ids(tmp / "data", opts.distinct_rows)
+        rows = 2 * opts.distinct_rows * 26 + 1
+        mode = ["mode=ps", "mode.servers=1", "mode.trainers=2"]
+    else:
+        data = days(tmp / "data", opts.rows_per_day, 1)
+        rows, mode = 10_000_019, []
     t0 = time.time()
-    run("train", f"dataset.train={data}/day=*", "runner.online=true",
-        f"model.sparse_feature_number={rows}", f"runner.output_dir={out}")
+    run("train", *mode, f"dataset.train={data}/day=*", "runner.online=true",
+        f"model.sparse_feature_number={rows}", f"runner.output_dir={out}",
+        f"dataset.test={DATA / 'test.txt'}")
     trained = time.time() - t0
+    live = versions.read_manifest(out, 1)["rows_live"]
     procs, nodes = redis_nodes(2)
     servers: list[subprocess.Popen] = []
     try:
@@ -251,7 +282,8 @@ def scale(tmp: Path, opts: argparse.Namespace) -> None:
             probs[name] = np.concatenate([result.predictions[i] for i in range(len(reqs))])
         table_mb = rows * 10 * 4 / 2**20
         print(json.dumps({
-            "bench": "sparse_scale", "table_rows": rows, "table_mb": round(table_mb),
+            "bench": "sparse_scale", "mode": opts.mode, "table_rows": rows,
+            "rows_live": live, "table_mb": round(table_mb),
             "train_s": round(trained, 1), "publish_s": round(published, 1),
             "rss_mb_redis_backed": round(rss_mb(servers[0].pid)),
             "rss_mb_in_memory": round(rss_mb(servers[1].pid)),
@@ -270,6 +302,8 @@ def main() -> None:
     parser.add_argument("what", choices=["passes", "freshness", "scale"])
     parser.add_argument("--days", type=int, default=5)
     parser.add_argument("--rows-per-day", type=int, default=160_000)
+    parser.add_argument("--mode", choices=["local", "ps"], default="local")
+    parser.add_argument("--distinct-rows", type=int, default=560_000)
     opts = parser.parse_args()
     os.environ[quiet.CHILD] = "1"
     with tempfile.TemporaryDirectory() as tmp:
