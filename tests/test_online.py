@@ -174,6 +174,9 @@ def wait_for(condition, proc: subprocess.Popen, timeout_s: float = 180) -> None:
     (["runner.online=true", "mode=ps", "mode.sync_mode=geo"],
      "runner.online=true in mode=ps needs mode.sync_mode=async (mode.sync_mode=geo"),
     (["runner.follow=true"], "runner.follow=true needs runner.online=true"),
+    (["runner.init_from=/r", "mode=ps", "mode.sync_mode=geo"],
+     "runner.init_from applies to mode=local and mode=ps with mode.sync_mode=async "
+     "(mode=ps, mode.sync_mode=geo"),
     (["runner.online=true", "runner.base_every=0"], "runner.base_every=0 must be at least 1"),
     (["runner.online=true", "runner.keep_versions=0"],
      "runner.keep_versions=0 must be at least 1"),
@@ -264,12 +267,12 @@ def test_ps_passes_version_the_servers_delta_and_evict_with_their_shrink(
     """mode=ps: one job trains the passes; the servers keep the table between them. Each
     version's delta is the servers' own (Paddle's save mode 1) plus the rows their shrink
     deleted, and rebuilds exactly the tables the job checkpointed."""
-    days(tmp_path / "data", small_synth["train"], 3)
+    parts = days(tmp_path / "data", small_synth["train"], 3)
     run = tmp_path / "run"
-    proc = recrun("train", *TRAIN, "mode=ps", "mode.servers=1", "mode.trainers=2",
-                  f"dataset.train={tmp_path / 'data'}/day=*", f"dataset.test={small_synth['test']}",
-                  "runner.online=true", "model.evict_after_passes=1", "runner.base_every=3",
-                  f"runner.output_dir={run}")
+    ps = [*TRAIN, "mode=ps", "mode.servers=1", "mode.trainers=2",
+          f"dataset.test={small_synth['test']}", "runner.online=true"]
+    proc = recrun("train", *ps, f"dataset.train={tmp_path / 'data'}/day=*",
+                  "model.evict_after_passes=1", "runner.base_every=3", f"runner.output_dir={run}")
     assert proc.returncode == 0, proc.stderr
     rows = metrics(run)
     assert [(r["pass"], Path(r["partition"]).name) for r in rows
@@ -301,3 +304,14 @@ def test_ps_passes_version_the_servers_delta_and_evict_with_their_shrink(
         seen = versions.load_extra(run, v, "seen")
         assert seen is not None
         np.testing.assert_array_equal(gone, ckpt[v - 1][table].any(axis=1) & (seen < v))
+
+    # A warm start from the job (relative path, as a user types it): the servers load its last
+    # checkpoint (the job checks what they hold against it), and the new run scores its first
+    # partition with that model.
+    proc = recrun("train", *ps, f"dataset.train={parts[2]}", "runner.init_from=run",
+                  "model.evict_after_passes=1",
+                  f"runner.output_dir={tmp_path / 'warm'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    first = [r for r in metrics(tmp_path / "warm") if r["trigger"] == "progressive"][0]
+    assert first["auc"] == pytest.approx(checkpoint_auc(
+        run, 3, str(parts[2]), [*TRAIN, f"dataset.train={parts[0]}"]), abs=1e-4)

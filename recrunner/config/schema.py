@@ -40,8 +40,11 @@ class RootConfig:
         if evict and not self.runner.online:
             raise ValueError(f"model.evict_after_passes={evict} needs runner.online=true (rows "
                              "are evicted between passes)")
-        if self.runner.init_from is not None and str(self.mode.name) != "local":
-            raise ValueError("runner.init_from applies to mode=local for now")
+        if self.runner.init_from is not None and not self.warm_startable():
+            raise ValueError(f"runner.init_from applies to mode=local and mode=ps with "
+                             f"mode.sync_mode=async (mode={self.mode.name}, mode.sync_mode="
+                             f"{self.mode.sync_mode}: its engine cannot load another run's "
+                             "checkpoint when it starts)")
         # Only the elastic engine knows its position within an epoch (recrunner.train.midepoch).
         for key in ("checkpoint_every_steps", "checkpoint_every_seconds"):
             value = getattr(self.runner, key)
@@ -49,6 +52,14 @@ class RootConfig:
                 raise ValueError(f"runner.{key}={value} applies to elastic mode=collective "
                                  "(mode.elastic.max_nodes>0) only: other modes checkpoint at "
                                  "epoch ends")
+
+    def warm_startable(self) -> bool:
+        """Whether the engine loads a checkpoint when the job starts (mode=ps: into the
+        servers; geo trainers' copies and elastic jobs cannot)."""
+        if self.mode.elastic.enabled:
+            return False
+        mode = str(self.mode.name)
+        return mode == "local" or (mode == "ps" and self.mode.sync_mode == "async")
 
     def check_online_mode(self) -> None:
         """Passes run in mode=local and in mode=ps async, whose servers keep the tables from

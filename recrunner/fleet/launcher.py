@@ -78,7 +78,9 @@ def local_run_config(cfg: RootConfig, out: Path, resume: bool) -> RootConfig:
         dataset=dataclasses.replace(cfg.dataset, train=absolute(cfg.dataset.train),
                                     test=absolute(cfg.dataset.test)),
         runner=dataclasses.replace(cfg.runner, output_dir=str(out), resume=resume,
-                                   threads=threads))
+                                   threads=threads,
+                                   init_from=cfg.runner.init_from and absolute(
+                                       cfg.runner.init_from)))
 
 
 def child_env(cfg: RootConfig) -> dict[str, str]:

@@ -526,13 +526,19 @@ def check_table_shards(ckpt: Checkpoint, servers_shards: int) -> None:
 
 
 def resume_table_shards(cfg: RootConfig) -> int:
-    """The table's shard count: the checkpoint's when resuming one (the servers can load a
-    table only into as many shards as it was saved in; older runs used fleet's 1000)."""
-    if cfg.runner.resume and cfg.mode.sync_mode != "geo":
-        ckpt = checkpoint.latest(cfg.runner.output_dir)
-        saved = saved_table_shards(ps_tables_dir(ckpt)) if ckpt is not None else 0
-        if saved:
-            return saved
+    """The table's shard count: that of the checkpoint the job will load, its own when
+    resuming one, else runner.init_from's (the servers can load a table only into as many
+    shards as it was saved in; older runs used fleet's 1000)."""
+    if cfg.mode.sync_mode == "geo":
+        return table_shards(cfg)
+    sources = [cfg.runner.output_dir] if cfg.runner.resume else []
+    if cfg.runner.init_from:
+        sources.append(cfg.runner.init_from)
+    for source in sources:
+        ckpt = checkpoint.latest(source)
+        if ckpt is not None:
+            saved = saved_table_shards(ps_tables_dir(ckpt))
+            return saved or table_shards(cfg)
     return table_shards(cfg)
 
 
@@ -563,6 +569,11 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     with paddle.static.program_guard(graph.main, graph.startup):
         opt = fleet.distributed_optimizer(trainer_optimizer(paddle, cfg), strategy)
         opt.minimize(graph.loss)
+        # fleet rewrites a copy of the startup program and makes it the default: there the
+        # servers' table is a fake_init (no memory) and its optimizer state is gone. The
+        # original would give every async trainer the whole table and two Adam moments (a
+        # 29M-row table: 5 GB per trainer).
+        startup = paddle.static.default_startup_program()
     if role.is_server:
         fleet.init_server()
         watchdog.done.set()
@@ -571,7 +582,7 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
         return None
 
     exe = paddle.static.Executor(paddle.CPUPlace())
-    exe.run(graph.startup)
+    exe.run(startup)
     # geo: before init_worker shares this trainer's copies
     resumed_geo = cfg.mode.sync_mode == "geo" and \
         load_geo_copies(cfg, graph.net, TABLE) is not None
