@@ -130,13 +130,17 @@ def test_three_passes_make_the_one_files_model_and_their_versions(
         versions.load(online, 2)
 
 
+@pytest.mark.parametrize("mode", [[], ["mode=ps", "mode.servers=1", "mode.trainers=2"]],
+                         ids=["local", "ps"])
 def test_follow_takes_a_partition_once_it_is_complete_and_stops_on_sigterm(
-        small_synth: dict[str, str], tmp_path: Path) -> None:
+        small_synth: dict[str, str], tmp_path: Path, mode: list[str]) -> None:
+    """mode=ps: the SIGTERM reaches `recrun train`, which asks the trainers to stop after the
+    pass; the job then ends as a success."""
     data = tmp_path / "data"
     days(data, small_synth["train"], 1)
     run = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "recrunner", "train", *TRAIN, f"dataset.train={data}/day=*",
+        [sys.executable, "-m", "recrunner", "train", *TRAIN, *mode, f"dataset.train={data}/day=*",
          f"dataset.test={small_synth['test']}", "runner.online=true", "runner.follow=true",
          "runner.follow_interval_s=0.3", f"runner.output_dir={run}"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -194,10 +198,11 @@ def test_hive_style_paths_need_no_quoting(tmp_path: Path) -> None:
     assert cfg.dataset.test == "/data/test/day=2026-11-27/x.tsv"
 
 
+@pytest.mark.parametrize("mode", [[], ["mode=ps"]], ids=["local", "ps"])
 def test_init_from_without_a_checkpoint_is_one_line(small_synth: dict[str, str],
-                                                   tmp_path: Path) -> None:
+                                                   tmp_path: Path, mode: list[str]) -> None:
     days(tmp_path / "data", small_synth["train"], 1)
-    proc = recrun("train", *TRAIN, f"dataset.train={tmp_path / 'data'}/day=*",
+    proc = recrun("train", *TRAIN, *mode, f"dataset.train={tmp_path / 'data'}/day=*",
                   f"dataset.test={small_synth['test']}", "runner.online=true",
                   f"runner.init_from={tmp_path / 'nothing'}", f"runner.output_dir={tmp_path / 'r'}")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1

@@ -68,11 +68,29 @@ def check(cfg: RootConfig) -> None:
     if str(cfg.mode.name) == "ps" and getattr(cfg.model, "wide_crosses", None):
         raise RecrunnerError("model.wide_crosses applies to mode=local and mode=collective; "
                              "mode=ps serves one id table: set it to []")
+    if str(cfg.mode.name) == "ps" and cfg.runner.init_from:
+        check_ps_warm_start(cfg.runner.init_from)
     if cfg.mode.elastic.enabled:
         from recrunner.fleet.elastic_launch import require_etcd3
 
         require_etcd3()
     ensure_dataset(cfg.dataset, cfg.runner.online)
+
+
+def check_ps_warm_start(source: str) -> None:
+    """runner.init_from in mode=ps: a checkpoint whose servers' tables were saved beside it,
+    checked before any process starts (the trainers would each fail on it)."""
+    from recrunner.errors import RecrunnerError
+    from recrunner.fleet.ps import ps_tables_dir
+    from recrunner.train import checkpoint
+
+    ckpt = checkpoint.latest(source)
+    if ckpt is None:
+        raise RecrunnerError(f"runner.init_from={source}: no checkpoint there (a run directory "
+                             "with checkpoints/<n>)")
+    if not ps_tables_dir(ckpt).is_dir():
+        raise RecrunnerError(f"runner.init_from={source}: its checkpoint {ckpt.path} has no "
+                             "parameter-server tables beside it (it was not written by mode=ps)")
 
 
 def run(cfg: RootConfig, args: argparse.Namespace) -> int:

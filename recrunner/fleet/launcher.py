@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,31 @@ def child_env(cfg: RootConfig) -> dict[str, str]:
                 "PADDLE_TRAINER_ENDPOINTS", "PADDLE_PSERVERS_IP_PORT_LIST"):
         env.pop(var, None)  # a stale role would make the children ignore the launcher's
     return env
+
+
+@contextlib.contextmanager
+def trainers_stop_on_signal(out: Path, follow: bool) -> Iterator[None]:
+    """runner.follow: SIGTERM or SIGINT here asks the job's trainers to stop after the pass
+    in progress (recrunner.online.passes: they agree on it, finish and stop the servers), so
+    the job ends as a success. Without follow the default handling stays (the job is
+    stopped)."""
+    if not follow:
+        yield
+        return
+
+    def forward(signum: int, frame: Any) -> None:
+        print("recrun train: stopping after the pass in progress", file=sys.stderr, flush=True)
+        for p in status.read_all(out):
+            if p.role == "trainer" and status.pid_alive(p.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGTERM)
+
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome:
@@ -286,7 +312,8 @@ def launch_once(cfg: RootConfig, out: Path, resume: bool, attempt: int, again: i
                                 stdout=launch_log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         try:
-            outcome = supervise(proc, run_cfg, log_dir)
+            with trainers_stop_on_signal(out, run_cfg.runner.follow):
+                outcome = supervise(proc, run_cfg, log_dir)
         finally:
             if proc.poll() is None or any(status.pid_alive(p.pid)
                                           for p in status.read_all(out)):
