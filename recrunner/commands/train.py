@@ -69,7 +69,7 @@ def check(cfg: RootConfig) -> None:
         raise RecrunnerError("model.wide_crosses applies to mode=local and mode=collective; "
                              "mode=ps serves one id table: set it to []")
     if str(cfg.mode.name) == "ps" and cfg.runner.init_from:
-        check_ps_warm_start(cfg.runner.init_from)
+        check_ps_warm_start(cfg)
     if cfg.mode.elastic.enabled:
         from recrunner.fleet.elastic_launch import require_etcd3
 
@@ -77,17 +77,16 @@ def check(cfg: RootConfig) -> None:
     ensure_dataset(cfg.dataset, cfg.runner.online)
 
 
-def check_ps_warm_start(source: str) -> None:
-    """runner.init_from in mode=ps: a checkpoint whose servers' tables were saved beside it,
-    checked before any process starts (the trainers would each fail on it)."""
+def check_ps_warm_start(cfg: RootConfig) -> None:
+    """runner.init_from in mode=ps, before any process starts (the trainers would each fail
+    on it): the checkpoint the driver's warm start takes, with the servers' tables beside it."""
     from recrunner.errors import RecrunnerError
     from recrunner.fleet.ps import ps_tables_dir
     from recrunner.train import checkpoint
+    from recrunner.train.build import model_fingerprint
 
-    ckpt = checkpoint.latest(source)
-    if ckpt is None:
-        raise RecrunnerError(f"runner.init_from={source}: no checkpoint there (a run directory "
-                             "with checkpoints/<n>)")
+    source = str(cfg.runner.init_from)
+    ckpt = checkpoint.warm_start_from(source, model_fingerprint(cfg))
     if not ps_tables_dir(ckpt).is_dir():
         raise RecrunnerError(f"runner.init_from={source}: its checkpoint {ckpt.path} has no "
                              "parameter-server tables beside it (it was not written by mode=ps)")

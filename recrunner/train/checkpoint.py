@@ -58,6 +58,19 @@ def save(output_dir: str | Path, epoch: int, model_state: dict, optimizer_state:
     return root / str(epoch)
 
 
+def warm_start_from(source: str | Path, fingerprint: dict[str, Any]) -> Checkpoint:
+    """runner.init_from's checkpoint: the newest of run `source`, trained with the same model
+    keys (`fingerprint`); a one-line error otherwise."""
+    ckpt = latest(source)
+    if ckpt is None:
+        raise RecrunnerError(f"runner.init_from={source}: no checkpoint there (a run "
+                             "directory with checkpoints/<n>)")
+    if ckpt.state.get("fingerprint") not in (None, fingerprint):
+        raise RecrunnerError(f"runner.init_from={source}: its checkpoint {ckpt.path} was "
+                             "trained with other model.* or dataset.schema keys")
+    return ckpt
+
+
 def latest(output_dir: str | Path, verify: bool = False) -> Checkpoint | None:
     """The newest complete checkpoint, or None. One whose state.json is unreadable, or (with
     `verify`) whose files do not match their checksums, is skipped with a warning for the one

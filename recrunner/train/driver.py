@@ -13,7 +13,7 @@ from recrunner import atomic
 from recrunner.config.runner import ExportChoice
 from recrunner.config.schema import RootConfig
 from recrunner.data.reader import Shard
-from recrunner.errors import Interrupted, RecrunnerError
+from recrunner.errors import Interrupted
 from recrunner.loggers import Loggers
 from recrunner.train import checkpoint, midepoch
 from recrunner.train.build import model_fingerprint
@@ -73,13 +73,7 @@ class RunDriver:
     def warm_start(self, source: Path) -> None:
         """runner.init_from: the newest checkpoint of another run (its model and optimizer
         state) for a run that has none of its own; its epochs do not count as this run's."""
-        ckpt = checkpoint.latest(source)
-        if ckpt is None:
-            raise RecrunnerError(f"runner.init_from={source}: no checkpoint there (a run "
-                                 "directory with checkpoints/<n>)")
-        if ckpt.state.get("fingerprint") not in (None, model_fingerprint(self.cfg)):
-            raise RecrunnerError(f"runner.init_from={source}: its checkpoint {ckpt.path} was "
-                                 "trained with other model.* or dataset.schema keys")
+        ckpt = checkpoint.warm_start_from(source, model_fingerprint(self.cfg))
         net_state, opt_state = checkpoint.load(ckpt)
         self.engine.restore(ckpt, ModelState(net_state, opt_state, ckpt.state))
         log.info("warm start from %s (epoch %d of that run)", ckpt.path, ckpt.epoch)
