@@ -48,6 +48,8 @@ COMMANDS: dict[str, Command] = {
                         "gated run to a served model (cluster=k8s: an Argo Workflow)"),
     "report": Command("recrunner.commands.report", "curves of runs or a sweep: png + html",
                       uses_config=False),
+    "scale": Command("recrunner.commands.scale", "change the trainer count of an elastic PS "
+                     "job running here (mode.elastic.max_trainers)", uses_config=False),
 }
 
 # `hydra/sweeper=optuna` unless told otherwise: the objective is the test AUC (higher is

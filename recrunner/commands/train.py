@@ -152,6 +152,10 @@ def run_fleet(cfg: RootConfig) -> dict | None:
         from recrunner.fleet.elastic_launch import launch_elastic
 
         return launch_elastic(cfg)
+    if cfg.mode.elastic.ps:
+        from recrunner.elasticps.launch import launch_elastic_ps
+
+        return launch_elastic_ps(cfg)
     from recrunner.fleet.launcher import launch
 
     return launch(cfg)

@@ -17,6 +17,8 @@ SYNC_MODES = ("async", "sync", "geo")
 NPROC_DEFAULT = 2
 # Paddle 3.0's launcher puts a node's heartbeat back every ttl/2 = 5 s (controllers/master.py).
 HEARTBEAT_REPUT_S = 5
+# A task's lease: a trainer renews it every third of this, and etcd's shortest lease is ~1.5 s.
+MIN_TASK_TIMEOUT_S = 3
 
 
 def etcd_host_port(spec: str) -> tuple[str, int]:
@@ -39,8 +41,12 @@ def etcd_host_port(spec: str) -> tuple[str, int]:
 
 @dataclass
 class ElasticConfig:
-    """mode=collective on nodes that may come and go (paddle.distributed.launch with an etcd
-    rendezvous). Off while max_nodes is 0."""
+    """Jobs whose trainers may come and go, through etcd.
+
+    - mode=collective: nodes rendezvousing through paddle.distributed.launch (max_nodes > 0).
+    - mode=ps (async): trainers that take the data as tasks from a queue in etcd while the
+      servers keep the parameters (max_trainers > 0; recrunner.elasticps).
+    """
 
     min_nodes: int = 1
     max_nodes: int = 0
@@ -61,14 +67,39 @@ class ElasticConfig:
     # when its trainer died, or its heartbeat lapsed in a rendezvous). A node killed by a
     # signal is not restarted: it is lost, and the job goes on without it.
     node_restarts: int = 10
+    # --- mode=ps ---
+    # Trainers the job may shrink to and grow to (mode.trainers: how many it starts with).
+    min_trainers: int = 1
+    max_trainers: int = 0
+    # Batches (runner.batch_size rows) per task: what a lost trainer costs at most.
+    task_batches: int = 50
+    # Seconds after which a silent trainer's task goes back to the queue (its etcd lease).
+    task_timeout_s: float = 20.0
 
     @property
     def enabled(self) -> bool:
+        """Elastic mode=collective."""
         return self.max_nodes > 0
+
+    @property
+    def ps(self) -> bool:
+        """Elastic mode=ps."""
+        return self.max_trainers > 0
+
+    @property
+    def any(self) -> bool:
+        return self.enabled or self.ps
 
     def __post_init__(self) -> None:
         at_least("mode.elastic", self, min_nodes=1, max_nodes=0, nodes=1, etcd_timeout_s=1,
-                 node_restarts=0)
+                 node_restarts=0, min_trainers=1, max_trainers=0, task_batches=1,
+                 task_timeout_s=MIN_TASK_TIMEOUT_S)
+        if self.ps and self.min_trainers > self.max_trainers:
+            raise ValueError(f"mode.elastic.min_trainers={self.min_trainers} is more than "
+                             f"mode.elastic.max_trainers={self.max_trainers}")
+        if self.enabled and self.ps:
+            raise ValueError("mode.elastic.max_nodes (mode=collective) and "
+                             "mode.elastic.max_trainers (mode=ps) exclude each other")
         if self.wait_s <= HEARTBEAT_REPUT_S:
             raise ValueError(
                 f"mode.elastic.wait_s={self.wait_s} must be more than {HEARTBEAT_REPUT_S}: "
@@ -117,11 +148,27 @@ class ModeConfig:
         if self.elastic.enabled and self.name != ModeName.collective:
             raise ValueError(
                 f"mode.elastic.max_nodes={self.elastic.max_nodes} applies to mode=collective, "
-                f"not mode={self.name} (Paddle's parameter-server mode has no elastic support; "
-                "mode=local is one process)")
+                f"not mode={self.name} (mode=ps: mode.elastic.max_trainers; mode=local is one "
+                "process)")
+        if self.elastic.ps:
+            self.check_elastic_ps()
         # Any other value was meant for this job, and would be ignored: say so. (An explicit 2
         # cannot be told from the default.)
         if self.elastic.enabled and self.nproc != NPROC_DEFAULT:
             raise ValueError(
                 f"mode.nproc={self.nproc} does not apply to an elastic job (one trainer per "
                 "node): set mode.elastic.nodes (nodes started here) and mode.elastic.max_nodes")
+
+    def check_elastic_ps(self) -> None:
+        el = self.elastic
+        if self.name != ModeName.ps:
+            raise ValueError(f"mode.elastic.max_trainers={el.max_trainers} applies to mode=ps, "
+                             f"not mode={self.name} (mode=collective: mode.elastic.max_nodes)")
+        if self.sync_mode != "async":
+            raise ValueError(f"mode.elastic.max_trainers needs mode.sync_mode=async (mode."
+                             f"sync_mode={self.sync_mode}: geo's servers track a fixed set of "
+                             "trainers' copies)")
+        if not el.min_trainers <= self.trainers <= el.max_trainers:
+            raise ValueError(f"mode.trainers={self.trainers} (the trainers an elastic job starts "
+                             f"with) must be between mode.elastic.min_trainers={el.min_trainers} "
+                             f"and mode.elastic.max_trainers={el.max_trainers}")

@@ -45,18 +45,19 @@ class RootConfig:
                              f"mode.sync_mode=async (mode={self.mode.name}, mode.sync_mode="
                              f"{self.mode.sync_mode}: its engine cannot load another run's "
                              "checkpoint when it starts)")
-        # Only the elastic engine knows its position within an epoch (recrunner.train.midepoch).
+        # Only the elastic engines know their position within an epoch (recrunner.train.
+        # midepoch).
         for key in ("checkpoint_every_steps", "checkpoint_every_seconds"):
             value = getattr(self.runner, key)
-            if value is not None and not self.mode.elastic.enabled:
-                raise ValueError(f"runner.{key}={value} applies to elastic mode=collective "
-                                 "(mode.elastic.max_nodes>0) only: other modes checkpoint at "
-                                 "epoch ends")
+            if value is not None and not self.mode.elastic.any:
+                raise ValueError(f"runner.{key}={value} applies to elastic jobs only (mode."
+                                 "elastic.max_nodes or max_trainers > 0): other modes "
+                                 "checkpoint at epoch ends")
 
     def warm_startable(self) -> bool:
         """Whether the engine loads a checkpoint when the job starts (mode=ps: into the
         servers; geo trainers' copies and elastic jobs cannot)."""
-        if self.mode.elastic.enabled:
+        if self.mode.elastic.any:
             return False
         mode = str(self.mode.name)
         return mode == "local" or (mode == "ps" and self.mode.sync_mode == "async")
@@ -65,9 +66,9 @@ class RootConfig:
         """Passes run in mode=local and in mode=ps async, whose servers keep the tables from
         pass to pass (recrunner.online.tables)."""
         mode = str(self.mode.name)
-        if self.mode.elastic.enabled or mode not in ("local", "ps"):
+        if self.mode.elastic.any or mode not in ("local", "ps"):
             raise ValueError(f"runner.online=true applies to mode=local and mode=ps (mode={mode}"
-                             f"{' elastic' if self.mode.elastic.enabled else ''}: its engine "
+                             f"{' elastic' if self.mode.elastic.any else ''}: its engine "
                              "reads dataset.train once, at start)")
         if mode == "ps" and self.mode.sync_mode != "async":
             raise ValueError(f"runner.online=true in mode=ps needs mode.sync_mode=async "

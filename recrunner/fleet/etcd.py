@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from recrunner.config.mode import etcd_host_port
 from recrunner.fleet import job_env
@@ -116,43 +117,110 @@ def launcher_job_id(job_id: str) -> str:
     return f"{job_id}~"
 
 
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _text(b64: str) -> str:
+    return base64.b64decode(b64).decode()
+
+
+class Etcd:
+    """etcd's v3 API through its JSON gateway: keys, prefixes, create-if-absent transactions
+    and leases (a key put with a lease goes when the lease lapses). Hand-written over urllib:
+    the `etcd3` client needs protobuf's pure-Python mode in every process that imports it."""
+
+    def __init__(self, endpoint: str, timeout_s: float = 5.0) -> None:
+        self.endpoint, self.timeout_s = endpoint, timeout_s
+
+    def call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(f"http://{self.endpoint}/v3/{path}",
+                                     json.dumps(body).encode(), method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as reply:
+                return dict(json.loads(reply.read()))
+        except urllib.error.HTTPError as exc:  # e.g. a lease that lapsed: the caller decides
+            detail = exc.read().decode(errors="replace")
+            raise EtcdError(f"etcd server {self.endpoint}: {path}: {detail.strip()}") from None
+        except (OSError, ValueError) as exc:
+            raise EtcdError(f"etcd server {self.endpoint}: {path} failed ({exc})") from None
+
+    @staticmethod
+    def prefix_range(prefix: str) -> dict[str, str]:
+        key = prefix.encode()
+        end = key[:-1] + bytes([key[-1] + 1])  # every key starting with `prefix`
+        return {"key": _b64(prefix), "range_end": base64.b64encode(end).decode()}
+
+    def put(self, key: str, value: str, lease: int = 0) -> None:
+        self.call("kv/put", {"key": _b64(key), "value": _b64(value), "lease": str(lease)})
+
+    def get(self, key: str) -> str | None:
+        kvs = self.call("kv/range", {"key": _b64(key)}).get("kvs", [])
+        return _text(kvs[0].get("value", "")) if kvs else None
+
+    def range(self, prefix: str) -> dict[str, str]:
+        """Every key under `prefix` (the prefix cut off) and its value."""
+        kvs = self.call("kv/range", self.prefix_range(prefix)).get("kvs", [])
+        return {_text(kv["key"])[len(prefix):]: _text(kv.get("value", "")) for kv in kvs}
+
+    def delete_prefix(self, prefix: str) -> int:
+        return int(self.call("kv/deleterange", self.prefix_range(prefix)).get("deleted", 0))
+
+    def create(self, key: str, value: str, lease: int = 0, absent: tuple[str, ...] = ()
+               ) -> bool:
+        """Put `key` only if neither it nor any key in `absent` exists (one transaction)."""
+        compare = [{"key": _b64(k), "target": "CREATE", "create_revision": "0",
+                    "result": "EQUAL"} for k in (key, *absent)]
+        put = {"request_put": {"key": _b64(key), "value": _b64(value), "lease": str(lease)}}
+        return bool(self.call("kv/txn", {"compare": compare, "success": [put]})
+                    .get("succeeded"))
+
+    def swap(self, key: str, expected: str, puts: dict[str, str], deletes: tuple[str, ...]
+             ) -> bool:
+        """If `key` holds `expected`: put `puts` and delete `deletes`, in one transaction."""
+        compare = [{"key": _b64(key), "target": "VALUE", "value": _b64(expected),
+                    "result": "EQUAL"}]
+        ops: list[dict[str, Any]] = [
+            {"request_put": {"key": _b64(k), "value": _b64(v)}} for k, v in puts.items()]
+        ops += [{"request_delete_range": {"key": _b64(k)}} for k in deletes]
+        return bool(self.call("kv/txn", {"compare": compare, "success": ops})
+                    .get("succeeded"))
+
+    def grant(self, ttl_s: float) -> int:
+        return int(self.call("lease/grant", {"TTL": str(max(1, round(ttl_s)))})["ID"])
+
+    def keepalive(self, lease: int) -> bool:
+        """Renew `lease`; False once it has lapsed (its keys are gone)."""
+        result = self.call("lease/keepalive", {"ID": str(lease)}).get("result", {})
+        return int(result.get("TTL", 0)) > 0
+
+    def revoke(self, lease: int) -> None:
+        with contextlib.suppress(EtcdError):  # lapsed already
+            self.call("lease/revoke", {"ID": str(lease)})
+
+
+class EtcdError(DistError):
+    """The etcd server could not be reached, or refused a request."""
+
+
 class EtcdKeys:
     """The keys of one job (Paddle's launcher writes /paddle/<job>, /paddle/<job>/… and
     /<job>/…), `job_id` as the launchers got it."""
 
     def __init__(self, endpoint: str, job_id: str) -> None:
         self.endpoint, self.job_id = endpoint, job_id
-
-    def _call(self, method: str, body: dict) -> dict:
-        req = urllib.request.Request(f"http://{self.endpoint}/v3/kv/{method}",
-                                     json.dumps(body).encode(), method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=5) as reply:
-                return json.loads(reply.read())
-        except (OSError, ValueError) as exc:
-            raise DistError(f"etcd server {self.endpoint}: {method} failed ({exc})") from None
-
-    @staticmethod
-    def _range(prefix: str) -> dict:
-        key = prefix.encode()
-        end = key[:-1] + bytes([key[-1] + 1])  # every key starting with `prefix`
-        return {"key": base64.b64encode(key).decode(), "range_end": base64.b64encode(end).decode()}
+        self.etcd = Etcd(endpoint)
 
     def prefixes(self) -> list[str]:
         return [f"/paddle/{self.job_id}", f"/{self.job_id}/"]  # the ids end with "~"
 
     def live_nodes(self) -> list[str]:
         """Nodes whose heartbeat (a 10 s lease) is current."""
-        reply = self._call("range", self._range(f"/paddle/{self.job_id}/heartbeat/"))
-        return [base64.b64decode(kv["value"]).decode() for kv in reply.get("kvs", [])]
+        return list(self.etcd.range(f"/paddle/{self.job_id}/heartbeat/").values())
 
     def clear(self) -> int:
         """Delete the job's keys (a finished job's leftovers); how many there were."""
-        deleted = 0
-        for prefix in self.prefixes():
-            reply = self._call("deleterange", self._range(prefix))
-            deleted += int(reply.get("deleted", 0))
-        return deleted
+        return sum(self.etcd.delete_prefix(prefix) for prefix in self.prefixes())
 
 
 def stop_quietly(server: LocalEtcd | None) -> None:

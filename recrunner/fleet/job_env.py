@@ -43,8 +43,9 @@ PLAIN_NAMES = frozenset({
     "PYTHONWARNINGS", "PYTHONFAULTHANDLER", "PYTHONUTF8", "PYTHONIOENCODING",
     "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "CUDA_VISIBLE_DEVICES", "POD_IP",
     "HYDRA_FULL_ERROR", "NO_COLOR",
-    # recrunner's own: fault injection (tools/crash_loop.py), the elastic job's id
-    "RECRUNNER_FAULT", "RECRUNNER_ELASTIC_JOB",
+    # recrunner's own: fault injection (tools/crash_loop.py), the elastic job's id, and an
+    # elastic PS job's etcd and process role (recrunner.elasticps)
+    "RECRUNNER_FAULT", "RECRUNNER_ELASTIC_JOB", "RECRUNNER_ETCD", "RECRUNNER_PS_ROLE",
 })
 # Whole namespaces of settings: Paddle's flags and launcher, glog, OpenMP (Intel's too), MKL,
 # OpenBLAS, locale categories.

@@ -191,7 +191,7 @@ class PsEngine:
     steps_visible = False  # the C++ data feed trains a whole epoch per call
 
     def __init__(self, cfg: RootConfig, role: Role, graph: Graph, exe: Any,
-                 group: PsTrainerGroup, reader: Reader, table_shards: int) -> None:
+                 group: LocalGroup, reader: Reader, table_shards: int) -> None:
         import paddle
         from paddle.distributed import fleet
 
@@ -221,6 +221,11 @@ class PsEngine:
         self.resumed_geo = False  # run_ps loaded the checkpoint to resume into the copies
         self.table_shards = table_shards  # the servers' (resume_table_shards)
         self.save_mode = SAVE_PASS if cfg.runner.online else SAVE_ALL
+
+    def flush(self) -> None:
+        """Wait until this client's queued pushes have reached the servers."""
+        rt: Any = self.fleet.fleet._runtime_handle  # typed None in Paddle; set by init_worker
+        rt._worker.client_flush()
 
     def pull_dense(self) -> None:
         """Refresh this trainer's dense parameters from the servers.
@@ -257,18 +262,23 @@ class PsEngine:
             self.slot_files[spec] = files, rows
         return self.slot_files[spec]
 
-    def train_epoch(self, epoch: int, on_step: OnStep) -> EpochStats:
-        files, rows = self.convert()
+    def train_files(self, files: list[str], pipe_command: str = "cat") -> None:
+        """Train on MultiSlot `files` through Paddle's data feed, each read through
+        `pipe_command` (an elastic job's task: a byte range of one file)."""
         ds = self.paddle.distributed.QueueDataset()
         slots = [v for v in (self.g.label, self.g.dense, self.g.ids) if v is not None]
-        ds.init(use_var=slots, pipe_command="cat",
+        ds.init(use_var=slots, pipe_command=pipe_command,
                 batch_size=self.cfg.runner.batch_size, thread_num=1)
         ds.set_filelist(files)
+        self.exe.train_from_dataset(program=self.program, dataset=ds,
+                                    fetch_list=[self.g.loss], fetch_info=["loss"],
+                                    print_period=max(1, self.cfg.runner.log_every_steps))
+
+    def train_epoch(self, epoch: int, on_step: OnStep) -> EpochStats:
+        files, rows = self.convert()
         start, began = time.perf_counter(), time.time()
         if rows:
-            self.exe.train_from_dataset(program=self.program, dataset=ds,
-                                        fetch_list=[self.g.loss], fetch_info=["loss"],
-                                        print_period=max(1, self.cfg.runner.log_every_steps))
+            self.train_files(files)
         seconds = time.perf_counter() - start
         # Wall-clock times: how the trainers' windows line up (benchmarks/bench_geo_swing.py).
         log.info("epoch %d: trained %d rows in %.1fs (wall clock %.2f-%.2f)", epoch, rows,
@@ -379,10 +389,14 @@ class PsEngine:
     def state(self, checkpoint_root: Path, epoch: int) -> ModelState:
         """The servers save their tables with their optimizer states (for resume) beside the
         checkpoint as <epoch>.ps/; the checkpoint holds the Net (for eval and export)."""
-        ps_dir = checkpoint_root / f"{epoch}.ps"
+        return self.save_state(checkpoint_root, f"{epoch}.ps")
+
+    def save_state(self, checkpoint_root: Path, name: str) -> ModelState:
+        """state(), the servers' tables saved as <checkpoint_root>/<name>."""
+        ps_dir = checkpoint_root / name
         # Saved aside, then put in place whole by the writer (atomic.adopt_dir): a server or
         # trainer killed mid-save leaves no half table under a checkpoint's name.
-        saving = checkpoint_root / f".{epoch}.ps.saving"
+        saving = checkpoint_root / f".{name}.saving"
         if self.group.is_writer:
             atomic.remove(saving)  # a killed job's
         self.group.barrier()
@@ -588,6 +602,10 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
         load_geo_copies(cfg, graph.net, TABLE) is not None
     for ep in role.servers:  # 3.0.0's own wait_server_ready does nothing
         wait_for_port(ep, timeout, "parameter server")
+    if cfg.mode.elastic.ps:
+        from recrunner.elasticps.run import run_elastic_client
+
+        return run_elastic_client(cfg, role, graph, exe, shards, watchdog)
     fleet.init_worker()
     watchdog.done.set()
     group = PsTrainerGroup(role, Path(cfg.runner.output_dir) / "dist" / "exchange")

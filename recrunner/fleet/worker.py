@@ -36,6 +36,11 @@ def run_worker(cfg: RootConfig) -> dict[str, Any] | None:
     """Run this process's part; the summary on the writer trainer, else None."""
     job_env.restore()  # the credentials the launcher kept out of Paddle's env logs
     mode = str(cfg.mode.name)
+    if cfg.mode.elastic.ps:
+        from recrunner.elasticps.trainer import is_task_trainer, queue_from_env, take_identity
+
+        if is_task_trainer(cfg):  # its PS client id comes from the job's etcd
+            take_identity(queue_from_env())
     role = role_from_env(mode)
     prepare_env(mode, role)
     role_name = "server" if role.is_server else "trainer"

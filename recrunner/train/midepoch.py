@@ -62,7 +62,7 @@ class MidEpoch:
         if (self.every_steps or self.every_s) and not self.enabled:
             raise RecrunnerError(
                 f"runner.checkpoint_every_steps/_seconds need an engine that can resume within "
-                f"an epoch: elastic mode=collective (mode.elastic.max_nodes>0), not "
+                f"an epoch: an elastic job (mode.elastic.max_nodes or max_trainers > 0), not "
                 f"mode={cfg.mode.name}")
         if self.enabled and not (self.every_steps or self.every_s):
             self.every_s = ELASTIC_EVERY_S
@@ -76,6 +76,7 @@ class MidEpoch:
         # checkpoint of that step holds besides the weights, recorded cheaply every step.
         self.epoch_base: tuple[int, dict[str, Any]] = (0, Progress().checkpoint_state())
         self.last_step: tuple[int, int, float] | None = None
+        self.last_position: int | None = None  # the engine's, at the last after_step
 
     def save_on_sigterm(self) -> None:
         """SIGTERM (the launcher restarting every trainer at a new world size): save where the
@@ -96,6 +97,7 @@ class MidEpoch:
 
     def epoch_start(self, progress: Progress) -> None:
         self.epoch_started = time.perf_counter()
+        self.last_position = None
         self.epoch_base = (progress.epoch, progress.checkpoint_state())
 
     @property
@@ -117,8 +119,13 @@ class MidEpoch:
             return
         self.last_step = (step, rows, time.perf_counter())
         now = time.monotonic()
-        due = (self.every_steps and self.engine.position % self.every_steps == 0) or \
-            (self.every_s and now - self.last_save >= self.every_s)
+        # A multiple of every_steps passed since the last call (an elastic PS master's position
+        # moves by a task's batches at a time; a dygraph engine's by one step).
+        position = self.engine.position
+        before = self.last_position if self.last_position is not None else position - 1
+        self.last_position = position
+        due = (self.every_steps and position // self.every_steps > before // self.every_steps) \
+            or (self.every_s and now - self.last_save >= self.every_s)
         if due or self.terminating.is_set():
             self.save()
             self.last_save = now
@@ -146,13 +153,17 @@ class MidEpoch:
         if not self.is_writer or pending is None:
             return
         epoch, fields = pending
-        state = self.engine.state(checkpoint.checkpoint_root(self.out), epoch)
+        mid_root = checkpoint.checkpoint_root(root(self.out))
+        # What the engine keeps beside the checkpoint (a PS job's server tables) goes in the
+        # mid-epoch root too: the per-epoch checkpoints' stay as they were.
+        state = self.engine.state(mid_root, epoch)
         # The engine's position, not its epoch checkpoints' 0, even after the epoch's end: a
         # checkpoint of the epoch's last step resumes to 0 steps, then the evaluation.
         path = checkpoint.save(root(self.out), epoch, state.net, state.optimizer,
                                {**state.extra, **fields, "epoch_steps": self.engine.position})
-        for old in checkpoint.checkpoint_root(root(self.out)).iterdir():
-            if old != path and old.name.isdigit():
+        beside = state.extra.get("ps_tables")
+        for old in mid_root.iterdir():
+            if old != path and old.name != beside and not old.name.startswith("."):
                 shutil.rmtree(old, ignore_errors=True)
         log.info("mid-epoch checkpoint %s (epoch %d, %d steps into it)", path, epoch + 1,
                  self.engine.position)

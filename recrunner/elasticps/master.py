@@ -1,0 +1,156 @@
+"""The master of an elastic PS job: PS client 0, which trains nothing.
+
+It runs the same run driver as every mode (evaluation, checkpoints, export, summary) over an
+engine whose epoch is the task queue's: it publishes the epoch's tasks and waits until every
+one is done, recording each change of the trainers in metrics.jsonl as it goes. Being client 0
+it is the one that pushes the dense parameters' first values, and saves and loads the servers'
+tables (Paddle 3.0 does both from its first worker).
+
+Checkpoints within an epoch (runner.checkpoint_every_steps / _seconds; every minute by
+default) hold the claims first, wait for the tasks in flight, then save: the checkpoint's model
+is exactly its finished tasks, so a job restarted after a server is lost trains the rest of the
+epoch, no task twice.
+"""
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from recrunner.config.schema import RootConfig
+from recrunner.elasticps.members import Roster
+from recrunner.elasticps.tasks import Task, TaskQueue, plan
+from recrunner.fleet.ps import PsEngine
+from recrunner.train.checkpoint import Checkpoint
+from recrunner.train.driver import RunDriver
+from recrunner.train.engine import EpochStats, ModelState, OnStep
+
+log = logging.getLogger("recrunner.elasticps")
+POLL_S = 0.25
+
+
+class MasterEngine(PsEngine):
+    steps_visible = False
+
+    def __init__(self, *args: Any, queue: TaskQueue, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.queue = queue
+        self.roster = Roster(queue)
+        self.tasks: list[Task] = []
+        self.batches: dict[int, int] = {}  # task -> its batches
+        self.on_event: Any = None  # the driver's: records a membership event
+        # MidEpoch's hooks: the batches of the epoch's finished tasks, and their rows since
+        # this process began the epoch.
+        self.position = 0
+        self.in_epoch = False
+        self.epoch_rows = 0
+        self.resume_done: dict[int, str] = {}  # a mid-epoch checkpoint's finished tasks
+        self.epoch_done: dict[int, str] = {}
+        self.totals = {"done": 0, "retried": 0, "lost": 0}
+        self.rows_trained = 0
+        self.data_rows = 0
+
+    def publish(self) -> None:
+        """Convert the data once and publish the plan (the same every epoch)."""
+        if self.tasks:
+            return
+        files, rows = self.convert()
+        size = self.cfg.runner.batch_size
+        self.tasks = plan(files, self.cfg.mode.elastic.task_batches * size)
+        self.batches = {t.id: -(-t.rows // size) for t in self.tasks}
+        self.data_rows = rows
+        self.queue.publish_plan(self.tasks)
+        log.info("%d rows as %d tasks of up to %d batches", rows, len(self.tasks),
+                 self.cfg.mode.elastic.task_batches)
+
+    def train_epoch(self, epoch: int, on_step: OnStep) -> EpochStats:
+        self.publish()
+        start = time.perf_counter()
+        done = dict(self.resume_done)
+        self.resume_done = {}
+        self.queue.open_epoch(epoch, done)
+        self.position = first = sum(self.batches[t] for t in done)
+        self.epoch_rows, self.in_epoch = 0, True
+        counted = set(done)
+        self.roster.claims = {}
+        while True:
+            done = self.queue.done(epoch)
+            self.epoch_done = done
+            for event in self.roster.changes(epoch, done):
+                self.on_event(event)
+            new = [t for t in done if t not in counted]
+            if new:
+                counted.update(new)
+                self.position += sum(self.batches[t] for t in new)
+                self.epoch_rows += sum(self.tasks[t].rows for t in new)
+                on_step(self.position - first)  # mid-epoch checkpoints
+            if len(done) == len(self.tasks):
+                break
+            time.sleep(POLL_S)
+        self.in_epoch = False
+        tries = self.queue.tries(epoch)
+        self.totals["done"] += len(done)
+        self.totals["retried"] += sum(1 for n in tries.values() if n > 1)
+        self.totals["lost"] += len(self.tasks) - len(done)
+        self.rows_trained += sum(self.tasks[t].rows for t in done)
+        log.info("epoch %d: %d tasks done (%d retried)", epoch, len(done),
+                 sum(1 for n in tries.values() if n > 1))
+        return EpochStats(examples=self.epoch_rows, steps=self.position - first,
+                          seconds=time.perf_counter() - start)
+
+    def state(self, checkpoint_root: Path, epoch: int) -> ModelState:
+        if not self.in_epoch:
+            return super().state(checkpoint_root, epoch)
+        # Within the epoch: hold the claims, let the tasks in flight finish, save.
+        self.queue.pause(True)
+        try:
+            self.queue.wait_idle(epoch + 1, POLL_S)
+            done = self.queue.done(epoch + 1)
+            self.position = sum(self.batches[t] for t in done)
+            state = self.save_state(checkpoint_root, f"{epoch}.{self.position}.ps")
+        finally:
+            self.queue.pause(False)
+        state.extra["tasks_done"] = {str(t): who for t, who in done.items()}
+        return state
+
+    def restore(self, ckpt: Checkpoint, state: ModelState) -> None:
+        super().restore(ckpt, state)
+        if state.extra.get("epoch_steps"):
+            self.resume_done = {int(t): who for t, who in
+                                state.extra.get("tasks_done", {}).items()}
+            log.info("resuming the epoch with %d tasks done", len(self.resume_done))
+
+    def summary(self) -> dict[str, Any]:
+        return {"tasks": dict(self.totals), "rows_trained": self.rows_trained,
+                "rows_expected": self.data_rows * self.cfg.runner.epochs}
+
+
+class MasterDriver(RunDriver):
+    """The run driver, with the engine's membership events in metrics.jsonl and its task
+    counts in summary.json."""
+
+    engine: MasterEngine
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.engine.on_event = self.record_event
+
+    def restore(self) -> None:
+        super().restore()
+        # The servers hold the job's model (the checkpoint's, or the first values): trainers
+        # may pull it now.
+        self.engine.queue.etcd.put(self.engine.queue.key("ready"), "1")
+
+    def record_event(self, event: dict[str, Any]) -> None:
+        self.progress.record(self.out, event, trigger=event.pop("event"))
+        log.info("%s", " ".join(f"{k}={v}" for k, v in event.items() if k != "time"))
+
+    def finish(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        self.summary_fields.update(self.engine.summary())
+        return super().finish(metrics)
+
+
+def run_master(cfg: RootConfig, engine_args: tuple[Any, ...], queue: TaskQueue,
+               reader: Any, group: Any, **fields: Any) -> dict[str, Any]:
+    engine = MasterEngine(*engine_args, queue=queue)
+    return MasterDriver(cfg, engine, group, reader, **fields).run()
