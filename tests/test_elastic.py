@@ -421,9 +421,9 @@ def test_missing_etcd3_client_names_the_extra(tmp_path: Path) -> None:
     (["mode=collective", "mode.elastic.max_nodes=3", "mode.nproc=4"],
      "mode.nproc=4 does not apply to an elastic job"),
     (["mode=local", "runner.checkpoint_every_steps=5"],
-     "runner.checkpoint_every_steps=5 applies to elastic mode=collective"),
+     "runner.checkpoint_every_steps=5 applies to elastic jobs only"),
     (["mode=collective", "runner.checkpoint_every_seconds=30"],
-     "runner.checkpoint_every_seconds=30.0 applies to elastic mode=collective"),
+     "runner.checkpoint_every_seconds=30.0 applies to elastic jobs only"),
     # mode.elastic.etcd: one parser for the local run and the cluster rendering.
     (["mode=collective", "mode.elastic.max_nodes=2", "mode.elastic.etcd=etcd-0.etcd.svc:2379x"],
      "is not HOST:PORT"),

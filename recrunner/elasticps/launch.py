@@ -152,6 +152,7 @@ class Supervisor:
                     f"{self.cfg.mode.trainers} trainer(s) ({self.el.min_trainers}.."
                     f"{self.el.max_trainers}); etcd {self.endpoint}; logs {log_dir}")
                 queue = TaskQueue(etcd.Etcd(self.endpoint), base[JOB_VAR])
+                scale.write_job(self.out, os.getpid(), self.endpoint, base[JOB_VAR])
                 return self.supervise(cmd, trainer_env, log_dir, queue)
             finally:
                 self.stop_all()

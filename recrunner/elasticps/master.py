@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recrunner.config.schema import RootConfig
 from recrunner.elasticps.members import Roster
 from recrunner.elasticps.tasks import Task, TaskQueue, plan
 from recrunner.fleet.ps import PsEngine
@@ -88,33 +87,54 @@ class MasterEngine(PsEngine):
                 break
             time.sleep(POLL_S)
         self.in_epoch = False
-        tries = self.queue.tries(epoch)
+        retried = self.retried(epoch)
         self.totals["done"] += len(done)
-        self.totals["retried"] += sum(1 for n in tries.values() if n > 1)
+        self.totals["retried"] += retried
         self.totals["lost"] += len(self.tasks) - len(done)
         self.rows_trained += sum(self.tasks[t].rows for t in done)
-        log.info("epoch %d: %d tasks done (%d retried)", epoch, len(done),
-                 sum(1 for n in tries.values() if n > 1))
+        log.info("epoch %d: %d tasks done (%d retried)", epoch, len(done), retried)
         return EpochStats(examples=self.epoch_rows, steps=self.position - first,
                           seconds=time.perf_counter() - start)
 
+    def retried(self, epoch: int) -> int:
+        return sum(1 for n in self.queue.tries(epoch).values() if n > 1)
+
     def state(self, checkpoint_root: Path, epoch: int) -> ModelState:
         if not self.in_epoch:
-            return super().state(checkpoint_root, epoch)
-        # Within the epoch: hold the claims, let the tasks in flight finish, save.
+            state = super().state(checkpoint_root, epoch)
+            state.extra["elastic"] = {"tasks": dict(self.totals),
+                                      "rows_trained": self.rows_trained}
+            return state
+        # Within the epoch: hold the claims, let the tasks in flight finish, save the servers'
+        # tables and the dense parameters (not the whole table read back: the trainers wait).
+        start = time.perf_counter()
         self.queue.pause(True)
         try:
             self.queue.wait_idle(epoch + 1, POLL_S)
+            idle = time.perf_counter()
             done = self.queue.done(epoch + 1)
             self.position = sum(self.batches[t] for t in done)
-            state = self.save_state(checkpoint_root, f"{epoch}.{self.position}.ps")
+            state = self.save_state(checkpoint_root, f"{epoch}.{self.position}.ps",
+                                    with_table=False)
         finally:
             self.queue.pause(False)
+        log.info("mid-epoch checkpoint: %d tasks done; the trainers were held %.1f s (%.1f s "
+                 "for the tasks in flight, %.1f s saving)", len(done),
+                 time.perf_counter() - start, idle - start, time.perf_counter() - idle)
         state.extra["tasks_done"] = {str(t): who for t, who in done.items()}
+        # The counts so far, this epoch's retries included (a restart's queue starts afresh).
+        state.extra["elastic"] = {"tasks": {**self.totals, "retried": self.totals["retried"]
+                                            + self.retried(epoch + 1)},
+                                  "rows_trained": self.rows_trained}
         return state
 
     def restore(self, ckpt: Checkpoint, state: ModelState) -> None:
         super().restore(ckpt, state)
+        if self.tasks:
+            return  # the best epoch's model, for the export: the counts stay this run's
+        counts = state.extra.get("elastic") or {}
+        self.totals.update(counts.get("tasks", {}))
+        self.rows_trained = int(counts.get("rows_trained", 0))
         if state.extra.get("epoch_steps"):
             self.resume_done = {int(t): who for t, who in
                                 state.extra.get("tasks_done", {}).items()}
@@ -149,8 +169,3 @@ class MasterDriver(RunDriver):
         self.summary_fields.update(self.engine.summary())
         return super().finish(metrics)
 
-
-def run_master(cfg: RootConfig, engine_args: tuple[Any, ...], queue: TaskQueue,
-               reader: Any, group: Any, **fields: Any) -> dict[str, Any]:
-    engine = MasterEngine(*engine_args, queue=queue)
-    return MasterDriver(cfg, engine, group, reader, **fields).run()

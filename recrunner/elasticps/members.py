@@ -21,6 +21,18 @@ from recrunner.fleet.etcd import EtcdError
 log = logging.getLogger("recrunner.elasticps")
 
 
+def process_started(pid: int) -> float:
+    """When process `pid` started (Unix time), from /proc; now where /proc is missing."""
+    try:
+        with open("/proc/stat") as fh:
+            boot = next(float(line.split()[1]) for line in fh if line.startswith("btime"))
+        with open(f"/proc/{pid}/stat") as fh:
+            ticks = float(fh.read().rsplit(")", 1)[1].split()[19])
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, ValueError, IndexError):
+        return time.time()
+
+
 class Membership:
     """A trainer's lease and member key, renewed by a thread until `close`."""
 
@@ -36,7 +48,8 @@ class Membership:
         self.lease = self.queue.etcd.grant(self.ttl_s)
         self.queue.etcd.put(self.queue.key("members", self.name),
                             json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                        "since": time.time()}), self.lease)
+                                        "started": process_started(os.getpid()),
+                                        "joined": time.time()}), self.lease)
 
     def _renew(self) -> None:
         while not self.closed.wait(self.ttl_s / 3):
@@ -62,16 +75,19 @@ class Roster:
     queue: TaskQueue
     members: set[str] = field(default_factory=set)
     claims: dict[int, str] = field(default_factory=dict)  # the last poll's, this epoch
-    joined_at: dict[str, float] = field(default_factory=dict)  # not yet contributing
-    started: float = field(default_factory=time.monotonic)
+    # Trainers not yet contributing: when their process started, and the tasks done when
+    # they joined.
+    joined_at: dict[str, tuple[float, frozenset[int]]] = field(default_factory=dict)
 
-    def live(self) -> set[str]:
-        return set(self.queue.etcd.range(self.queue.key("members", "")))
+    def live(self) -> dict[str, dict[str, Any]]:
+        found = self.queue.etcd.range(self.queue.key("members", ""))
+        return {name: json.loads(value) for name, value in found.items()}
 
     def changes(self, epoch: int, done: dict[int, str]) -> list[dict[str, Any]]:
         """What changed since the last call: trainers that left (and the tasks they held,
         back in the queue), trainers that joined, and joined trainers' first finished task."""
-        now = self.live()
+        live = self.live()
+        now = set(live)
         events: list[dict[str, Any]] = []
         left, joined = self.members - now, now - self.members
         if left or joined:
@@ -82,15 +98,15 @@ class Roster:
                            "joined": sorted(joined, key=int), "left": sorted(left, key=int),
                            "tasks_requeued": len(requeued)})
             for name in joined:
-                self.joined_at[name] = time.monotonic()
+                self.joined_at[name] = (float(live[name].get("started", time.time())),
+                                        frozenset(done))
             for name in left:
                 self.joined_at.pop(name, None)
-        for name, since in list(self.joined_at.items()):
-            if name in done.values():
-                if time.monotonic() - self.started > 1.0:  # not the job's own start
-                    events.append({"event": "contributes", "time": time.time(),
-                                   "trainer": name,
-                                   "seconds_to_first_task": round(time.monotonic() - since, 2)})
+        for name, (since, before) in list(self.joined_at.items()):
+            if any(who == name and task not in before for task, who in done.items()):
+                # From the process's start: what a new pod costs before it helps.
+                events.append({"event": "contributes", "time": time.time(), "trainer": name,
+                               "seconds_to_first_task": round(time.time() - since, 2)})
                 del self.joined_at[name]
         self.members = now
         self.claims = self.queue.claims(epoch)

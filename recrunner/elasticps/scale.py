@@ -4,11 +4,13 @@ poll. On a cluster the trainers' replica count plays this part."""
 
 import json
 from pathlib import Path
+from typing import Any
 
 from recrunner import atomic
 from recrunner.errors import RecrunnerError
 
 FILE = "dist/scale.json"
+JOB = "dist/elastic-ps.json"  # the running job: its supervisor's pid, etcd and queue
 
 
 def target(out: Path, default: int) -> int:
@@ -20,6 +22,22 @@ def target(out: Path, default: int) -> int:
 
 def clear(out: Path) -> None:
     (out / FILE).unlink(missing_ok=True)
+    (out / JOB).unlink(missing_ok=True)
+
+
+def write_job(out: Path, pid: int, etcd: str, job: str) -> None:
+    atomic.write_json(out / JOB, {"pid": pid, "etcd": etcd, "job": job}, "scale")
+
+
+def running_job(out: Path) -> dict[str, Any] | None:
+    """The job running in `out` ({pid, etcd, job}), None if none is."""
+    from recrunner.fleet.status import pid_alive
+
+    try:
+        job = dict(json.loads((out / JOB).read_text()))
+    except (OSError, ValueError):
+        return None
+    return job if pid_alive(int(job.get("pid", 0))) else None
 
 
 def set_target(run_dir: Path, trainers: int) -> str:
@@ -37,7 +55,7 @@ def set_target(run_dir: Path, trainers: int) -> str:
         raise RecrunnerError(f"--trainers {trainers}: the job runs between "
                              f"mode.elastic.min_trainers={el.min_trainers} and "
                              f"mode.elastic.max_trainers={el.max_trainers} trainers")
-    if not (run_dir / "dist" / "etcd").exists() and not (run_dir / "dist" / "status").exists():
+    if running_job(run_dir) is None:
         raise RecrunnerError(f"{run_dir}: no elastic job is running here")
     atomic.write_json(run_dir / FILE, {"trainers": trainers}, "scale")
     return f"{run_dir}: the job will run {trainers} trainer(s)"

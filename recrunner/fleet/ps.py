@@ -391,8 +391,11 @@ class PsEngine:
         checkpoint as <epoch>.ps/; the checkpoint holds the Net (for eval and export)."""
         return self.save_state(checkpoint_root, f"{epoch}.ps")
 
-    def save_state(self, checkpoint_root: Path, name: str) -> ModelState:
-        """state(), the servers' tables saved as <checkpoint_root>/<name>."""
+    def save_state(self, checkpoint_root: Path, name: str, with_table: bool = True
+                   ) -> ModelState:
+        """state(), the servers' tables saved as <checkpoint_root>/<name>; `with_table`: the
+        checkpoint's Net holds the id table read back too (else its dense parameters only:
+        enough to check a restore, and no whole-table read)."""
         ps_dir = checkpoint_root / name
         # Saved aside, then put in place whole by the writer (atomic.adopt_dir): a server or
         # trainer killed mid-save leaves no half table under a checkpoint's name.
@@ -408,7 +411,12 @@ class PsEngine:
             atomic.adopt_dir(saving, ps_dir, "ps_tables")
         # numpy arrays: paddle.load gives them back and Net.set_state_dict takes them. Rows no
         # batch has touched are not on the servers: they read back as zeros, saved or resumed.
-        net = self.net_state() if self.group.is_writer else {}
+        net: dict[str, np.ndarray] = {}
+        if self.group.is_writer and with_table:
+            net = self.net_state()
+        elif self.group.is_writer:
+            self.begin_eval()
+            net = self.dense_state()
         return ModelState(net, {}, {"ps_tables": ps_dir.name, "mode": "ps"})
 
     def restore(self, ckpt: Checkpoint, state: ModelState) -> None:
