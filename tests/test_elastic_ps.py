@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SMALL_MODEL, Runs, data_overrides, recrun, synth_split
+from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun, synth_split
 from tests.test_secrets import FAKE, leaks
 
 needs_etcd = pytest.mark.skipif(shutil.which("etcd") is None,
