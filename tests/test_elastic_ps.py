@@ -214,3 +214,48 @@ def test_scale_refuses_what_it_cannot_do(tmp_path: Path, small_synth: dict[str, 
         scale(run, "4")[1]
     assert "no elastic job is running here" in scale(run, "2")[1]
     assert not (run / "dist" / "scale.json").exists()
+
+
+def test_cluster_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cluster=k8s: the PaddleJob's workers are task trainers that restart in place, its
+    servers do not; the master is a Job of its own; one queue id for all; schemas pass."""
+    from recrunner.config.compose import load
+    from recrunner.k8s import ops
+    from recrunner.k8s.validate import default_crd_dir, validate_core, validate_custom
+
+    for var in ("JUICEFS_METAURL", "JUICEFS_ACCESS_KEY", "JUICEFS_SECRET_KEY"):
+        monkeypatch.setenv(var, f"{var.lower()}-value-7781")
+    cfg = load(["cluster=k8s", "cluster.image=r.example.com/recrunner:1", "cluster.namespace=ctr",
+                "cluster.job_name=ctr-job", "mode=ps", "mode.servers=2", "mode.trainers=3",
+                "mode.elastic.min_trainers=2", "mode.elastic.max_trainers=6",
+                "cluster.scheduler=volcano"])
+    docs = ops.render(cfg).docs
+    kinds = [(d["kind"], d["metadata"]["name"]) for d in docs]
+    assert kinds[-4:] == [("Deployment", "rdzv-ctr-job"), ("Service", "rdzv-ctr-job"),
+                          ("PaddleJob", "ctr-job"), ("Job", "ctr-job-master")], kinds
+    job, master = docs[-2], docs[-1]
+    assert validate_custom(job, default_crd_dir()) and validate_core(master)
+    notes = job["metadata"]["annotations"]
+    assert (notes["recrunner/min-trainers"], notes["recrunner/max-trainers"]) == ("2", "6")
+    spec = job["spec"]
+    assert spec["worker"]["replicas"] == 3 and spec["ps"]["replicas"] == 2
+    assert spec["withGloo"] == 0 and spec["schedulingPolicy"]["minAvailable"] == 4
+    worker, server = spec["worker"]["template"]["spec"], spec["ps"]["template"]["spec"]
+    assert (worker["restartPolicy"], server["restartPolicy"]) == ("OnFailure", "Never")
+
+    def env(pod: dict) -> dict:
+        return {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+
+    job_id = notes["recrunner/elastic-job-id"]
+    pod = master["spec"]["template"]["spec"]
+    assert env(worker)["RECRUNNER_PS_ROLE"] == "trainer" and env(pod)["RECRUNNER_PS_ROLE"] == \
+        "master"
+    for e in (env(worker), env(server), env(pod)):
+        assert e["RECRUNNER_ELASTIC_JOB"] == job_id
+        assert e["RECRUNNER_ETCD"] == "rdzv-ctr-job.ctr.svc:2379"
+        assert e["PADDLE_WITH_GLOO"] == "0"
+    assert env(pod)["PADDLE_TRAINER_ID"] == "0" and pod["restartPolicy"] == "Never"
+    assert master["spec"]["backoffLimit"] == 0
+    # The servers' endpoints come from the operator's ConfigMap, named after the job.
+    assert pod["containers"][0]["envFrom"] == [{"configMapRef": {"name": "ctr-job"}}]
+    assert pod["containers"][0]["command"] == worker["containers"][0]["command"]

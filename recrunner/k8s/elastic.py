@@ -75,11 +75,11 @@ def launcher_command(cfg: RootConfig, job_id: str, etcd: str, config_path: str) 
             "recrun", "train", "--config-file", config_path]
 
 
-def adapt_paddlejob(cfg: RootConfig, job: dict[str, Any], namespace: str) -> None:
+def adapt_paddlejob(cfg: RootConfig, job: dict[str, Any], names: "Names") -> None:
     """The PaddleJob's workers as elastic nodes (in place)."""
     el = cfg.mode.elastic
-    name = job["metadata"]["name"]
-    job_id = submission_job_id(cfg, name)
+    name, namespace = job["metadata"]["name"], names.namespace
+    job_id = names.elastic_job or submission_job_id(cfg, name)
     job["metadata"].setdefault("annotations", {})[JOB_ID_ANNOTATION] = job_id
     worker = job["spec"]["worker"]
     worker["replicas"] = el.max_nodes

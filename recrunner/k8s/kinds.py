@@ -97,6 +97,9 @@ KINDS = (
     Kind("v1", "Service", "services", attrgetter("etcd"), ".elastic:etcd_service"),
     Kind(PADDLE_API, "PaddleJob", "paddlejobs", attrgetter("job"),
          ".manifests:submitted_paddlejob", verbs=APPLY + ("list", "watch"), install=OPERATOR_CRDS),
+    # An elastic PS job's master (recrunner.k8s.elastic_ps): after the PaddleJob, whose
+    # operator makes the ConfigMap of endpoints it reads.
+    Kind("batch/v1", "Job", "jobs", attrgetter("master"), ".elastic_ps:master_job"),
     # `recrun serve cluster=k8s serving.sparse.store=redis`: the Redis nodes (unless
     # serving.sparse.shards names them) and the publisher, before the serving resource.
     Kind("v1", "Service", "services", attrgetter("sparse"), ".sparse:services",

@@ -17,7 +17,7 @@ import yaml
 from recrunner.config.cluster import ClusterConfig, RoleResources, Scheduler, Toleration
 from recrunner.config.mode import ModeName
 from recrunner.config.schema import RootConfig
-from recrunner.k8s import elastic, kinds, pods
+from recrunner.k8s import elastic, elastic_ps, kinds, pods
 from recrunner.k8s.kinds import PADDLE_API, SAMPLE_API, Creator, Kind
 from recrunner.k8s.validate import to_dns_label
 
@@ -41,6 +41,9 @@ class Names:
     samplejob: str | None
     serving: str  # the PaddleService / InferenceService of `recrun serve`
     etcd: str | None = None  # mode.elastic's own etcd Deployment and Service
+    master: str | None = None  # an elastic PS job's master (a batch/v1 Job)
+    # An elastic job's id in etcd: one per rendering, shared by every document of it.
+    elastic_job: str | None = None
     created_secret: str | None = None  # `secret`, unless an existing one (create_secret=false)
     # `recrun pipeline`'s CronWorkflow, ServiceAccount, Role, RoleBinding (Workflows: <this>-<time>)
     pipeline: str = ""
@@ -79,8 +82,10 @@ def names_for(cfg: RootConfig) -> Names:
         sampleset=ss.name or None,
         samplejob=f"{job}-{ss.job}" if has_job else None,
         serving=serving_name(cfg),
-        etcd=elastic.etcd_service_name(job) if cfg.mode.elastic.enabled
+        etcd=elastic.etcd_service_name(job) if cfg.mode.elastic.any
         and cfg.mode.elastic.etcd is None else None,
+        master=elastic_ps.master_name(job) if cfg.mode.elastic.ps else None,
+        elastic_job=elastic.submission_job_id(cfg, job) if cfg.mode.elastic.any else None,
         created_secret=secret if c.juicefs.create_secret else None,
         pipeline=f"{job}-pipeline",
         sparse=to_dns_label(f"{serving_name(cfg)}-kv", 50)
@@ -368,7 +373,9 @@ def submitted_paddlejob(cfg: RootConfig, names: Names) -> Doc:
     """The PaddleJob `recrun submit` applies: under mode.elastic its workers are elastic nodes."""
     doc = paddlejob(cfg, names)
     if cfg.mode.elastic.enabled:
-        elastic.adapt_paddlejob(cfg, doc, names.namespace)
+        elastic.adapt_paddlejob(cfg, doc, names)
+    elif cfg.mode.elastic.ps:
+        elastic_ps.adapt_paddlejob(cfg, doc, names)
     return doc
 
 
