@@ -48,6 +48,10 @@ COMMANDS: dict[str, Command] = {
                         "gated run to a served model (cluster=k8s: an Argo Workflow)"),
     "report": Command("recrunner.commands.report", "curves of runs or a sweep: png + html",
                       uses_config=False),
+    "autoscale": Command("recrunner.commands.autoscale", "resize elastic jobs against each "
+                         "other and the free capacity (autoscale.*)"),
+    "top": Command("recrunner.commands.top", "autoscaled jobs, pending jobs, trainers per job "
+                   "and CPU in use"),
     "scale": Command("recrunner.commands.scale", "change the trainer count of an elastic PS "
                      "job running here (mode.elastic.max_trainers)", uses_config=False),
 }

@@ -75,6 +75,9 @@ class ElasticConfig:
     task_batches: int = 50
     # Seconds after which a silent trainer's task goes back to the queue (its etcd lease).
     task_timeout_s: float = 20.0
+    # Start no trainer until `recrun autoscale` grants some (the job waits as pending), then
+    # run as many as it grants.
+    autoscaled: bool = False
 
     @property
     def enabled(self) -> bool:
@@ -152,6 +155,10 @@ class ModeConfig:
                 "process)")
         if self.elastic.ps:
             self.check_elastic_ps()
+        elif self.elastic.autoscaled:
+            raise ValueError("mode.elastic.autoscaled=true needs an elastic mode=ps job (mode."
+                             "elastic.max_trainers>0): only those wait for the trainers "
+                             "`recrun autoscale` grants them")
         # Any other value was meant for this job, and would be ignored: say so. (An explicit 2
         # cannot be told from the default.)
         if self.elastic.enabled and self.nproc != NPROC_DEFAULT:
@@ -168,6 +175,9 @@ class ModeConfig:
             raise ValueError(f"mode.elastic.max_trainers needs mode.sync_mode=async (mode."
                              f"sync_mode={self.sync_mode}: geo's servers track a fixed set of "
                              "trainers' copies)")
+        if el.autoscaled and el.max_nodes:
+            raise ValueError("mode.elastic.autoscaled applies to elastic mode=ps jobs on this "
+                             "machine (on a cluster the autoscaler resizes any elastic job)")
         if not el.min_trainers <= self.trainers <= el.max_trainers:
             raise ValueError(f"mode.trainers={self.trainers} (the trainers an elastic job starts "
                              f"with) must be between mode.elastic.min_trainers={el.min_trainers} "

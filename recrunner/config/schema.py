@@ -6,6 +6,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from recrunner.config.autoscale import AutoscaleConfig
 from recrunner.config.cluster import ClusterConfig
 from recrunner.config.dataset import DatasetConfig
 from recrunner.config.logger import LoggerConfig
@@ -27,6 +28,7 @@ class RootConfig:
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)
 
     def __post_init__(self) -> None:
         if self.runner.online:

@@ -146,11 +146,13 @@ class Supervisor:
                                                 f"127.0.0.1:{master_port}",
                                             "PADDLE_PORT": str(master_port)}, log_dir)
                 trainer_env = {**env, "TRAINING_ROLE": "TRAINER", ROLE_VAR: TRAINER}
-                for _ in range(self.cfg.mode.trainers):
+                first = 0 if self.el.autoscaled else self.cfg.mode.trainers
+                for _ in range(first):
                     self.start_trainer(cmd, trainer_env, log_dir)
                 say(f"elastic ps job {self.job}: {len(servers)} server(s), a master, "
-                    f"{self.cfg.mode.trainers} trainer(s) ({self.el.min_trainers}.."
-                    f"{self.el.max_trainers}); etcd {self.endpoint}; logs {log_dir}")
+                    + (f"{first} trainer(s)" if first else "trainers when `recrun autoscale` "
+                       "grants them") + f" ({self.el.min_trainers}..{self.el.max_trainers}); "
+                    f"etcd {self.endpoint}; logs {log_dir}")
                 queue = TaskQueue(etcd.Etcd(self.endpoint), base[JOB_VAR])
                 scale.write_job(self.out, os.getpid(), self.endpoint, base[JOB_VAR])
                 return self.supervise(cmd, trainer_env, log_dir, queue)
@@ -204,6 +206,8 @@ class Supervisor:
             if not ending:
                 self.resize(cmd, env, log_dir)
             mtime = newest_mtime([log_dir, status.status_dir(self.out)])
+            if not self.trainers() and self.el.autoscaled:
+                mtime = time.time()  # pending: waiting for the autoscaler is not a hang
             if mtime > last_mtime:
                 last_mtime, last_life = mtime, time.monotonic()
             elif time.monotonic() - last_life > self.cfg.mode.timeout_s:
@@ -222,8 +226,10 @@ class Supervisor:
     def resize(self, cmd: list[str], env: dict[str, str], log_dir: Path) -> None:
         """Start or stop trainers toward the count `recrun scale` set (never below
         min_trainers: a lost trainer is replaced then)."""
-        want = scale.target(self.out, self.cfg.mode.trainers)
-        want = max(self.el.min_trainers, min(self.el.max_trainers, want))
+        # An autoscaled job runs what `recrun autoscale` grants, nothing before its first grant.
+        want = scale.target(self.out, 0 if self.el.autoscaled else self.cfg.mode.trainers)
+        if want or not self.el.autoscaled:
+            want = max(self.el.min_trainers, min(self.el.max_trainers, want))
         running = self.trainers()
         for _ in range(want - len(running)):
             self.start_trainer(cmd, env, log_dir)

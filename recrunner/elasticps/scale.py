@@ -13,11 +13,23 @@ FILE = "dist/scale.json"
 JOB = "dist/elastic-ps.json"  # the running job: its supervisor's pid, etcd and queue
 
 
-def target(out: Path, default: int) -> int:
+def grant(out: Path) -> dict[str, Any] | None:
+    """The count asked for ({"trainers": n, "time": when, if the autoscaler set it}), None if
+    none was."""
     try:
-        return int(json.loads((out / FILE).read_text())["trainers"])
+        data = json.loads((out / FILE).read_text())
+        return {"trainers": int(data["trainers"]), "time": data.get("time")}
     except (OSError, ValueError, KeyError, TypeError):
-        return default
+        return None
+
+
+def target(out: Path, default: int) -> int:
+    asked = grant(out)
+    return default if asked is None else int(asked["trainers"])
+
+
+def write_grant(out: Path, trainers: int, when: float | None = None) -> None:
+    atomic.write_json(out / FILE, {"trainers": trainers, "time": when}, "scale")
 
 
 def clear(out: Path) -> None:
@@ -26,7 +38,10 @@ def clear(out: Path) -> None:
 
 
 def write_job(out: Path, pid: int, etcd: str, job: str) -> None:
-    atomic.write_json(out / JOB, {"pid": pid, "etcd": etcd, "job": job}, "scale")
+    import time
+
+    atomic.write_json(out / JOB, {"pid": pid, "etcd": etcd, "job": job, "time": time.time()},
+                      "scale")
 
 
 def running_job(out: Path) -> dict[str, Any] | None:
@@ -57,5 +72,5 @@ def set_target(run_dir: Path, trainers: int) -> str:
                              f"mode.elastic.max_trainers={el.max_trainers} trainers")
     if running_job(run_dir) is None:
         raise RecrunnerError(f"{run_dir}: no elastic job is running here")
-    atomic.write_json(run_dir / FILE, {"trainers": trainers}, "scale")
+    write_grant(run_dir, trainers)
     return f"{run_dir}: the job will run {trainers} trainer(s)"

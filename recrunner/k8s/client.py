@@ -191,14 +191,15 @@ class Kube:
             self._dynamic = DynamicClient(self.api, cache_file=str(discovery_cache(self.host)))
         return self._dynamic.resources.get(api_version=ref.api_version, kind=ref.kind)
 
-    def apply(self, doc: dict[str, Any]) -> str:
+    def apply(self, doc: dict[str, Any], field_manager: str = FIELD_MANAGER) -> str:
         """Server-side apply: 'created', or 'serverside-applied' (as kubectl says) when the
-        object existed; an unchanged document leaves the object as it was."""
+        object existed; an unchanged document leaves the object as it was. `field_manager`:
+        who owns the fields `doc` sets (another manager's other fields stay theirs)."""
         ref = Ref.of(doc)
         try:
             # serialize=False: the raw response, whose status tells created (201) from updated.
             resp = self._resource(ref).server_side_apply(
-                body=doc, namespace=ref.namespace, field_manager=FIELD_MANAGER,
+                body=doc, namespace=ref.namespace, field_manager=field_manager,
                 force_conflicts=FORCE_CONFLICTS, serialize=False)
         except Exception as exc:
             raise self._error(exc, "apply", ref) from exc
@@ -240,17 +241,18 @@ class Kube:
         except Exception as exc:
             raise self._error(exc, "create", ref) from exc
 
-    def list(self, kind: str, namespace: str, labels: dict[str, str],
+    def list(self, kind: str, namespace: str | None, labels: dict[str, str],
              kind_optional: bool = False) -> list[dict[str, Any]]:
-        """The objects of a kind of the table carrying `labels`, oldest first (`kind_optional`:
-        none when the cluster does not serve the kind, e.g. Argo is not installed)."""
+        """The objects of a kind of the table carrying `labels`, oldest first (`namespace`
+        None: in every namespace; `kind_optional`: none when the cluster does not serve the
+        kind, e.g. Argo is not installed)."""
         from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
         selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-        ref = Ref.to(kind, f"[{selector}]", namespace)  # errors name the selection
+        ref = Ref.to(kind, f"[{selector}]", namespace or "")  # errors name the selection
         try:
-            resp = self._resource(ref).get(namespace=ref.namespace, label_selector=selector,
-                                           serialize=False)
+            resp = self._resource(ref).get(namespace=namespace or None,
+                                           label_selector=selector, serialize=False)
         except Exception as exc:
             if kind_optional and (isinstance(exc, ResourceNotFoundError) or
                                   self._kind_gone(exc)):

@@ -80,7 +80,12 @@ def adapt_paddlejob(cfg: RootConfig, job: dict[str, Any], names: "Names") -> Non
     el = cfg.mode.elastic
     name, namespace = job["metadata"]["name"], names.namespace
     job_id = names.elastic_job or submission_job_id(cfg, name)
-    job["metadata"].setdefault("annotations", {})[JOB_ID_ANNOTATION] = job_id
+    from recrunner.k8s.elastic_ps import MAX_ANNOTATION, MIN_ANNOTATION
+
+    # The autoscaler's bounds: a node is a trainer here.
+    job["metadata"].setdefault("annotations", {}).update(
+        {JOB_ID_ANNOTATION: job_id, MIN_ANNOTATION: str(el.min_nodes),
+         MAX_ANNOTATION: str(el.max_nodes)})
     worker = job["spec"]["worker"]
     worker["replicas"] = el.max_nodes
     pod = worker["template"]["spec"]

@@ -32,8 +32,10 @@ from recrunner.k8s import elastic
 if TYPE_CHECKING:  # manifests imports this module: the types only
     from recrunner.k8s.manifests import Names
 
+# The trainer bounds `recrun autoscale` keeps a job within, and when it last resized it.
 MIN_ANNOTATION = "recrunner/min-trainers"
 MAX_ANNOTATION = "recrunner/max-trainers"
+RESIZED_ANNOTATION = "recrunner/resized-at"
 
 
 def master_name(job: str) -> str:

@@ -132,6 +132,8 @@ KINDS = (
          install=ARGO_CRDS, creator=None),
     # The operator's pods: `recrun logs` (and kubectl get pods while debugging).
     Kind("v1", "Pod", "pods", verbs=READ, subresources=(("log", ("get",)),), creator=None),
+    # `recrun autoscale` and `recrun top`: the nodes' allocatable capacity.
+    Kind("v1", "Node", "nodes", verbs=READ, namespaced=False, creator=None),
 )
 
 
