@@ -43,7 +43,7 @@ SERVED: dict[str, list[tuple[str, str, bool]]] = {
     "v1": [("configmaps", "ConfigMap", True), ("secrets", "Secret", True),
            ("persistentvolumeclaims", "PersistentVolumeClaim", True),
            ("persistentvolumes", "PersistentVolume", False), ("pods", "Pod", True),
-           ("serviceaccounts", "ServiceAccount", True)],
+           ("serviceaccounts", "ServiceAccount", True), ("nodes", "Node", False)],
     "rbac.authorization.k8s.io/v1": [("roles", "Role", True),
                                      ("rolebindings", "RoleBinding", True)],
     "batch.paddlepaddle.org/v1": [("paddlejobs", "PaddleJob", True)],
@@ -87,6 +87,8 @@ class FakeKube:
     # Phases a watch on a PaddleJob reports, one event each (ADDED, then MODIFIED).
     phases: list[str] = field(default_factory=list)
     logs: dict[str, str] = field(default_factory=dict)
+    # (plural, name) -> {field manager: the document it applied}, in the order they applied
+    applied: dict[tuple[str, str], dict[str, dict[str, Any]]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     counter: int = 0
 
@@ -100,6 +102,15 @@ class FakeKube:
         if group_version.split("/")[0] in self.missing_groups:
             return False
         return self.crds_installed or not group_version.startswith(CRD_GROUPS)
+
+
+def merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` over `base`, maps merged key by key (lists replaced)."""
+    out = copy.deepcopy(base)
+    for key, value in top.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and \
+            isinstance(out.get(key), dict) else copy.deepcopy(value)
+    return out
 
 
 def status_body(code: int, reason: str, message: str, name: str = "", plural: str = ""
@@ -182,7 +193,10 @@ def make_handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
             gv = m["core"] or str(m["gv"])
             plural, name, ns = str(m["plural"]), m.get("name"), m.get("ns")
             served = {p: namespaced for p, _, namespaced in SERVED.get(gv, [])}
-            if not fake.served(gv) or plural not in served or served[plural] != (ns is not None):
+            # A namespaced kind may also be listed across every namespace (GET /api/v1/pods).
+            everywhere = self.command == "GET" and name is None and ns is None
+            if not fake.served(gv) or plural not in served or \
+                    (served[plural] != (ns is not None) and not (served[plural] and everywhere)):
                 self.send(404, "404 page not found", "text/plain")
                 return None
             if (self.command, plural) in fake.fail:
@@ -233,8 +247,9 @@ def make_handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
 
         def apply(self, plural: str, name: str, ns: str | None, raw: str,
                   query: dict[str, list[str]]) -> None:
-            """Server-side apply with a single manager: the applied document replaces what
-            that manager set; an unchanged document changes nothing (same resourceVersion)."""
+            """Server-side apply: the applied document replaces what that manager set; the
+            object is every manager's document merged (the latest applier wins a field two
+            set, as with force); an unchanged object keeps its resourceVersion."""
             if self.headers.get("Content-Type") != APPLY:
                 self.send(415, status_body(415, "UnsupportedMediaType", "only apply here"))
                 return
@@ -250,6 +265,13 @@ def make_handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
                 return
             key = (plural, name)
             old = fake.objects.get(key)
+            managers = fake.applied.setdefault(key, {})
+            managers.pop(manager, None)
+            managers[manager] = copy.deepcopy(doc)
+            doc = {}
+            for applied in managers.values():
+                doc = merged(doc, applied)
+            meta = doc["metadata"]
             if old is not None:
                 def content(obj: dict[str, Any]) -> Any:
                     kept = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
@@ -264,7 +286,7 @@ def make_handler(fake: FakeKube) -> type[BaseHTTPRequestHandler]:
                     doc["status"] = old["status"]
             fake.counter += 1
             doc["metadata"].update(resourceVersion=str(fake.counter), managedFields=[
-                {"manager": manager, "operation": "Apply"}])
+                {"manager": m, "operation": "Apply"} for m in managers])
             if old is None:
                 doc["metadata"].update(uid=f"uid-{fake.counter}",
                                        creationTimestamp="2025-01-01T00:00:00Z")

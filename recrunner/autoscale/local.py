@@ -28,6 +28,9 @@ class LocalCluster:
         self.dirs = {}
         for run in sorted(p for p in self.runs_dir.iterdir() if p.is_dir()) \
                 if self.runs_dir.is_dir() else []:
+            # The grant before the job: a job that ends removes its job file, then its grant
+            # (scale.clear), so it is never seen running without one, i.e. pending.
+            grant = scale.grant(run)
             job = scale.running_job(run)
             if job is None:
                 continue
@@ -38,7 +41,6 @@ class LocalCluster:
                 continue
             if not el.autoscaled:
                 continue  # a job the user sizes alone
-            grant = scale.grant(run)
             trainers = grant["trainers"] if grant else 0
             jobs.append(Job(run.name, el.min_trainers, el.max_trainers, trainers,
                             pending=grant is None, trainer=SLOT,
