@@ -255,3 +255,29 @@ def test_bad_autoscale_input_fails_at_load(overrides: list[str], message: str) -
     proc = recrun("autoscale", "--once", *overrides)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_in_cluster_rendering_is_least_privilege_and_restricted() -> None:
+    import yaml
+
+    from tests.pss_restricted import violations
+
+    proc = recrun("autoscale", "--render", "cluster=k8s", "cluster.image=r.example.com/rr:1",
+                  "cluster.namespace=ctr", "cluster.job_name=ctr-job")
+    assert proc.returncode == 0, proc.stderr
+    docs = {d["kind"]: d for d in yaml.safe_load_all(proc.stdout)}
+    assert list(docs) == ["ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+                          "ClusterRoleBinding", "Deployment"]
+    # Namespaced: PaddleJobs only, and no create (a resize racing a deletion creates nothing).
+    assert docs["Role"]["rules"] == [{"apiGroups": ["batch.paddlepaddle.org"],
+                                      "resources": ["paddlejobs"],
+                                      "verbs": ["get", "list", "patch"]}]
+    assert docs["ClusterRole"]["rules"] == [{"apiGroups": [""], "resources": ["nodes", "pods"],
+                                             "verbs": ["list"]}]
+    for binding in ("RoleBinding", "ClusterRoleBinding"):
+        assert docs[binding]["subjects"] == [{"kind": "ServiceAccount", "namespace": "ctr",
+                                              "name": "ctr-job-autoscaler"}]
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "ctr-job-autoscaler"
+    assert violations(pod) == {}
+    assert pod["containers"][0]["command"][:2] == ["recrun", "autoscale"]

@@ -20,6 +20,22 @@ DATASET_PATHS: tuple[str, ...] = ()  # reads no data
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--once", action="store_true", help="one round, then exit")
+    parser.add_argument("--render", action="store_true",
+                        help="cluster=k8s: print the autoscaler's Deployment, ServiceAccount "
+                             "and roles for an administrator to apply, and exit")
+
+
+def render(cfg: RootConfig) -> str:
+    """The in-cluster autoscaler's documents, schema-checked, as YAML."""
+    from recrunner.errors import RecrunnerError
+    from recrunner.k8s import kinds, manifests, validate
+
+    if str(cfg.cluster.name) != "k8s":
+        raise RecrunnerError("recrun autoscale --render renders for cluster=k8s")
+    validate.validate_config(cfg)
+    docs = manifests.build(kinds.Creator.autoscale, cfg, manifests.names_for(cfg))
+    validate.validate_documents(docs, None)
+    return manifests.dump_all(docs)
 
 
 def cluster_for(cfg: RootConfig) -> "Cluster":
@@ -38,6 +54,10 @@ def cluster_for(cfg: RootConfig) -> "Cluster":
 
 def run(cfg: RootConfig, args: argparse.Namespace) -> int:
     from recrunner.autoscale.controller import Controller
+
+    if args.render:
+        print(render(cfg), end="")
+        return 0
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, force=True,
                         format="%(asctime)s recrun autoscale: %(message)s")

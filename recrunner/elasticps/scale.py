@@ -33,8 +33,9 @@ def write_grant(out: Path, trainers: int, when: float | None = None) -> None:
 
 
 def clear(out: Path) -> None:
-    (out / FILE).unlink(missing_ok=True)
+    # The job first: an autoscaler must never see it running without its grant (pending).
     (out / JOB).unlink(missing_ok=True)
+    (out / FILE).unlink(missing_ok=True)
 
 
 def write_job(out: Path, pid: int, etcd: str, job: str) -> None:

@@ -41,6 +41,7 @@ KSERVE_CRDS = "install KServe (its InferenceService CRD and controller; see k8s/
 ARGO_API = "argoproj.io/v1alpha1"
 ARGO_CRDS = "install Argo Workflows (its CRDs and controller; see k8s/README.md)"
 PIPELINE = "recrunner.pipeline.workflow"
+AUTOSCALE = "recrunner.autoscale.deploy"
 
 # Server-side apply is a PATCH that may create the object: it needs both patch and create.
 APPLY = ("get", "create", "patch", "delete")
@@ -55,6 +56,11 @@ class Creator(StrEnum):
     submit = "submit"
     serve = "serve"
     pipeline = "pipeline"  # `recrun pipeline cluster=k8s`, besides submit's volumes and config
+    autoscale = "autoscale"  # `recrun autoscale cluster=k8s --render`, for an administrator
+
+
+def autoscaler_cluster_name(names: "Names") -> str:
+    return f"{names.namespace}-{names.autoscaler}"[:63].rstrip("-")
 
 
 def unnamed(names: "Names") -> None:
@@ -130,6 +136,23 @@ KINDS = (
     # patch; the submitter holds them so that it may grant them).
     Kind(ARGO_API, "WorkflowTaskResult", "workflowtaskresults", verbs=("create", "patch"),
          install=ARGO_CRDS, creator=None),
+    # `recrun autoscale cluster=k8s --render`: the autoscaler in the cluster, printed for an
+    # administrator (its ClusterRole is theirs to grant: the submitter gets no verbs here).
+    Kind("v1", "ServiceAccount", "serviceaccounts", attrgetter("autoscaler"),
+         f"{AUTOSCALE}:service_account", verbs=(), creator=Creator.autoscale),
+    Kind("rbac.authorization.k8s.io/v1", "Role", "roles", attrgetter("autoscaler"),
+         f"{AUTOSCALE}:role", verbs=(), creator=Creator.autoscale),
+    Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings",
+         attrgetter("autoscaler"), f"{AUTOSCALE}:role_binding", verbs=(),
+         creator=Creator.autoscale),
+    Kind("rbac.authorization.k8s.io/v1", "ClusterRole", "clusterroles",
+         autoscaler_cluster_name, f"{AUTOSCALE}:cluster_role", verbs=(), namespaced=False,
+         creator=Creator.autoscale),
+    Kind("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "clusterrolebindings",
+         autoscaler_cluster_name, f"{AUTOSCALE}:cluster_role_binding", verbs=(),
+         namespaced=False, creator=Creator.autoscale),
+    Kind("apps/v1", "Deployment", "deployments", attrgetter("autoscaler"),
+         f"{AUTOSCALE}:deployment", verbs=(), creator=Creator.autoscale),
     # The operator's pods: `recrun logs` (and kubectl get pods while debugging).
     Kind("v1", "Pod", "pods", verbs=READ, subresources=(("log", ("get",)),), creator=None),
     # `recrun autoscale` and `recrun top`: the nodes' allocatable capacity.

@@ -44,6 +44,9 @@ class Names:
     master: str | None = None  # an elastic PS job's master (a batch/v1 Job)
     # An elastic job's id in etcd: one per rendering, shared by every document of it.
     elastic_job: str | None = None
+    # `recrun autoscale --render`: its Deployment, ServiceAccount, Role (and, prefixed with
+    # the namespace, its ClusterRole)
+    autoscaler: str = ""
     created_secret: str | None = None  # `secret`, unless an existing one (create_secret=false)
     # `recrun pipeline`'s CronWorkflow, ServiceAccount, Role, RoleBinding (Workflows: <this>-<time>)
     pipeline: str = ""
@@ -88,6 +91,7 @@ def names_for(cfg: RootConfig) -> Names:
         elastic_job=elastic.submission_job_id(cfg, job) if cfg.mode.elastic.any else None,
         created_secret=secret if c.juicefs.create_secret else None,
         pipeline=f"{job}-pipeline",
+        autoscaler=f"{job}-autoscaler"[:63].rstrip("-"),
         sparse=to_dns_label(f"{serving_name(cfg)}-kv", 50)
         if cfg.serving.sparse.store == "redis" else None,
     )

@@ -46,7 +46,8 @@ COMMENTS = {
 """,
     "ClusterRole": """\
 # PersistentVolumes are cluster-scoped, so the static JuiceFS volume needs a ClusterRole.
-# Drop this pair if an administrator creates the PVs (then the PV create/patch fails with 403).
+# Drop the PV rule if an administrator creates the PVs (then the PV create/patch fails with
+# 403). Nodes: read by `recrun top` and `recrun autoscale` run by the submitter (the capacity).
 """,
 }
 
