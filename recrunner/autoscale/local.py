@@ -16,6 +16,11 @@ SLOT = Resources(cpu=1.0)  # one trainer: one slot
 
 class LocalCluster:
     def __init__(self, runs_dir: Path, capacity: int) -> None:
+        from recrunner.errors import RecrunnerError
+
+        if not runs_dir.is_dir():
+            raise RecrunnerError(f"autoscale.runs_dir={runs_dir}: no such folder (the one whose "
+                                 "run directories are the autoscaled jobs)")
         self.runs_dir, self.capacity = runs_dir, capacity
         self.dirs: dict[str, Path] = {}
         self._cpu: tuple[float, float] | None = None
@@ -26,8 +31,7 @@ class LocalCluster:
 
         jobs, running = [], {}
         self.dirs = {}
-        for run in sorted(p for p in self.runs_dir.iterdir() if p.is_dir()) \
-                if self.runs_dir.is_dir() else []:
+        for run in sorted(p for p in self.runs_dir.iterdir() if p.is_dir()):
             # The grant before the job: a job that ends removes its job file, then its grant
             # (scale.clear), so it is never seen running without one, i.e. pending.
             grant = scale.grant(run)
