@@ -320,3 +320,22 @@ def test_ps_passes_version_the_servers_delta_and_evict_with_their_shrink(
     first = [r for r in metrics(tmp_path / "warm") if r["trigger"] == "progressive"][0]
     assert first["auc"] == pytest.approx(checkpoint_auc(
         run, 3, str(parts[2]), [*TRAIN, f"dataset.train={parts[0]}"]), abs=1e-4)
+
+
+def test_passes_on_a_fresh_clone_generate_the_default_test_file_not_partitions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dataset.train=/data/day=* runner.online=true` with the default dataset.test, where
+    nothing was generated yet: the test file is made on first use as without passes (it was
+    "no data files match 'data/synth/criteo/test.txt'"); a partition never is."""
+    from recrunner.data.prepare import ensure_dataset
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load([f"dataset.train={tmp_path}/days/day=*", "dataset.synth.test_rows=500",
+                "runner.online=true"])
+    ensure_dataset(cfg.dataset, partitioned=True)
+    test_file = tmp_path / cfg.dataset.test
+    assert test_file.is_file() and len(test_file.read_text().splitlines()) == 500
+    assert not (tmp_path / "days").exists()
+    followed = load([f"dataset.train={tmp_path}/later/day=1", "runner.online=true"])
+    ensure_dataset(followed.dataset, partitioned=True)  # a partition still to come
+    assert not (tmp_path / "later").exists()

@@ -17,10 +17,15 @@ def is_pattern(spec: str) -> bool:
     return any(c in spec for c in "*?[")
 
 
-def generate_synth(cfg: DatasetConfig, only_missing: bool) -> Iterator[tuple[str, int, float]]:
-    """Write dataset.train and dataset.test from dataset.synth: (path, rows, rows/s) each."""
+def generate_synth(cfg: DatasetConfig, only_missing: bool,
+                   splits: tuple[str, ...] = ("train", "test")
+                   ) -> Iterator[tuple[str, int, float]]:
+    """Write dataset.train and dataset.test (those of `splits`) from dataset.synth: (path,
+    rows, rows/s) each."""
     for split, (path, rows) in enumerate(((cfg.train, cfg.synth.train_rows),
                                           (cfg.test, cfg.synth.test_rows))):
+        if ("train", "test")[split] not in splits:
+            continue
         if only_missing and (Path(path).exists() or is_pattern(path)):
             continue  # a glob names existing files (or partitions), never one to write
         log.info("generating %d synthetic rows into %s", rows, path)
@@ -39,22 +44,24 @@ def ensure_dataset(cfg: DatasetConfig, partitioned: bool = False) -> None:
     dataset.test name files with rows: one line naming the key, before any training.
     `partitioned` (runner.online): dataset.train names partitions, which the passes check
     as they take them (recrunner.online.partitions)."""
-    if partitioned:
-        if cfg.test:
-            check_has_rows("dataset.test", cfg.test)
-        return
+    # Partitions are never generated: a pass checks its own as it takes it (and a follow
+    # run waits for them). The default test file is, on first use, as without passes.
+    splits = ("test",) if partitioned else ("train", "test")
+    named = {"train": cfg.train, "test": cfg.test}
     if cfg.generate:
-        for key, spec in (("train", cfg.train), ("test", cfg.test)):
-            if "://" in spec or is_pattern(spec) or Path(spec).exists():
+        for key in splits:
+            spec = named[key]
+            if not spec or "://" in spec or is_pattern(spec) or Path(spec).exists():
                 continue
             if not Path(spec).resolve().is_relative_to(SYNTH_HOME.resolve()):
                 raise DataError(f"dataset.{key}={spec}: no such file (synthetic data is generated "
                                 f"on first use only under {SYNTH_HOME}/; write it elsewhere with "
                                 f"`recrun data synth dataset.{key}=...`)")
-        for _ in generate_synth(cfg, only_missing=True):
+        for _ in generate_synth(cfg, only_missing=True, splits=splits):
             pass
-    for key, spec in (("train", cfg.train), ("test", cfg.test)):
-        check_has_rows(f"dataset.{key}", spec)
+    for key in splits:
+        if named[key] or not partitioned:
+            check_has_rows(f"dataset.{key}", named[key])
 
 
 def check_has_rows(key: str, spec: str) -> None:
