@@ -108,6 +108,8 @@ def test_trainers_come_and_go_and_a_lost_server_resumes_mid_epoch(
     # Every task trained to completion once, none skipped; the killed trainer's task retried.
     assert summary["tasks"]["lost"] == 0 and summary["tasks"]["retried"] >= 1, summary
     assert summary["rows_trained"] == summary["rows_expected"] == 120_000
+    # The run's own counts agree, across the restart: every batch once.
+    assert (summary["train_examples"], summary["steps"]) == (120_000, 469), summary
     left = [e for e in events(run, "trainers") if e["left"] == [victim]]
     assert left and left[0]["tasks_requeued"] == 1, events(run, "trainers")
     assert any(e["trainers_after"] == 3 for e in events(run, "trainers"))

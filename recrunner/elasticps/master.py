@@ -20,6 +20,7 @@ from typing import Any
 from recrunner.elasticps.members import Roster
 from recrunner.elasticps.tasks import Task, TaskQueue, plan
 from recrunner.fleet.ps import PsEngine
+from recrunner.train import midepoch
 from recrunner.train.checkpoint import Checkpoint
 from recrunner.train.driver import RunDriver
 from recrunner.train.engine import EpochStats, ModelState, OnStep
@@ -44,7 +45,7 @@ class MasterEngine(PsEngine):
         self.in_epoch = False
         self.epoch_rows = 0
         self.resume_done: dict[int, str] = {}  # a mid-epoch checkpoint's finished tasks
-        self.epoch_done: dict[int, str] = {}
+        self.counted: set[int] = set()  # the epoch's finished tasks in `position`
         self.totals = {"done": 0, "retried": 0, "lost": 0}
         self.rows_trained = 0
         self.data_rows = 0
@@ -70,18 +71,13 @@ class MasterEngine(PsEngine):
         self.queue.open_epoch(epoch, done)
         self.position = first = sum(self.batches[t] for t in done)
         self.epoch_rows, self.in_epoch = 0, True
-        counted = set(done)
+        self.counted = set(done)
         self.roster.claims = {}
         while True:
             done = self.queue.done(epoch)
-            self.epoch_done = done
             for event in self.roster.changes(epoch, done):
                 self.on_event(event)
-            new = [t for t in done if t not in counted]
-            if new:
-                counted.update(new)
-                self.position += sum(self.batches[t] for t in new)
-                self.epoch_rows += sum(self.tasks[t].rows for t in new)
+            if self.count(done):
                 on_step(self.position - first)  # mid-epoch checkpoints
             if len(done) == len(self.tasks):
                 break
@@ -95,6 +91,14 @@ class MasterEngine(PsEngine):
         log.info("epoch %d: %d tasks done (%d retried)", epoch, len(done), retried)
         return EpochStats(examples=self.epoch_rows, steps=self.position - first,
                           seconds=time.perf_counter() - start)
+
+    def count(self, done: dict[int, str]) -> bool:
+        """Add the newly finished tasks to the epoch's position and rows; whether any were."""
+        new = [t for t in done if t not in self.counted]
+        self.counted.update(new)
+        self.position += sum(self.batches[t] for t in new)
+        self.epoch_rows += sum(self.tasks[t].rows for t in new)
+        return bool(new)
 
     def retried(self, epoch: int) -> int:
         return sum(1 for n in self.queue.tries(epoch).values() if n > 1)
@@ -113,7 +117,10 @@ class MasterEngine(PsEngine):
             self.queue.wait_idle(epoch + 1, POLL_S)
             idle = time.perf_counter()
             done = self.queue.done(epoch + 1)
-            self.position = sum(self.batches[t] for t in done)
+            # The checkpoint's position: every task finished by now, some since the last step
+            # the driver heard of (MidEpoch adds those to the checkpoint's counts).
+            before = self.position, self.epoch_rows
+            self.count(done)
             state = self.save_state(checkpoint_root, f"{epoch}.{self.position}.ps",
                                     with_table=False)
         finally:
@@ -122,6 +129,8 @@ class MasterEngine(PsEngine):
                  "for the tasks in flight, %.1f s saving)", len(done),
                  time.perf_counter() - start, idle - start, time.perf_counter() - idle)
         state.extra["tasks_done"] = {str(t): who for t, who in done.items()}
+        state.extra[midepoch.LATE_STEPS] = self.position - before[0]
+        state.extra[midepoch.LATE_ROWS] = self.epoch_rows - before[1]
         # The counts so far, this epoch's retries included (a restart's queue starts afresh).
         state.extra["elastic"] = {"tasks": {**self.totals, "retried": self.totals["retried"]
                                             + self.retried(epoch + 1)},

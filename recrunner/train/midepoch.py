@@ -31,6 +31,9 @@ TERM_GRACE_S = 15.0
 # _seconds is set: it bounds the work a killed trainer loses (a SIGTERM saves anyway) at a
 # minute, at the cost of one checkpoint write a minute.
 ELASTIC_EVERY_S = 60.0
+# What an engine's state() may report besides the last step it announced: steps and rows that
+# finished while it saved (an elastic PS master lets the tasks in flight finish first).
+LATE_STEPS, LATE_ROWS = "late_steps", "late_rows"
 
 
 def root(out: Path) -> Path:
@@ -157,6 +160,8 @@ class MidEpoch:
         # What the engine keeps beside the checkpoint (a PS job's server tables) goes in the
         # mid-epoch root too: the per-epoch checkpoints' stay as they were.
         state = self.engine.state(mid_root, epoch)
+        fields["step"] += int(state.extra.pop(LATE_STEPS, 0))
+        fields["train_examples"] += int(state.extra.pop(LATE_ROWS, 0))
         # The engine's position, not its epoch checkpoints' 0, even after the epoch's end: a
         # checkpoint of the epoch's last step resumes to 0 steps, then the evaluation.
         path = checkpoint.save(root(self.out), epoch, state.net, state.optimizer,
