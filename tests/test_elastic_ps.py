@@ -47,7 +47,8 @@ def wait_for(what: str, check, proc: subprocess.Popen, timeout: float = 180):
         if value:
             return value
         if proc.poll() is not None:
-            pytest.fail(f"the job ended while waiting for {what}: {proc.stderr.read()[-3000:]}")
+            err = proc.stderr.read() if proc.stderr else ""
+            pytest.fail(f"the job ended while waiting for {what}: {err[-3000:]}")
         time.sleep(0.1)
     pytest.fail(f"timed out waiting for {what}")
 
