@@ -609,6 +609,10 @@ def test_delete_removes_everything_and_is_idempotent(fake: FakeKube,
     assert deleted == ["paddlejobs", "samplejobs", "configmaps",  # --keep-data
                        "paddlejobs", "samplejobs", "samplesets", "configmaps",
                        "persistentvolumeclaims", "persistentvolumes", "secrets"]
+    # Dependents go too: the API orphans a batch/v1 Job's pods unless told otherwise.
+    deletes = [r for r in fake.requests if r.method == "DELETE"]
+    assert deletes and all(json.loads(r.body)["propagationPolicy"] == "Background"
+                           for r in deletes)
     out = capsys.readouterr().out
     assert "paddlejob/wide-deep-synth not found" in out  # already gone the second time
     assert "persistentvolume/ctr-wide-deep-synth-models deleted" in out

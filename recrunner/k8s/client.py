@@ -206,9 +206,12 @@ class Kube:
         return "created" if resp.status == 201 else "serverside-applied"
 
     def delete(self, ref: Ref) -> str:
-        """'deleted', or 'not found' when it is already gone."""
+        """'deleted', or 'not found' when it is already gone. Its dependents go too (in the
+        background): a batch/v1 Job (an elastic PS job's master) would otherwise leave its pod,
+        orphaned, as the API's default for Jobs does."""
         try:
-            self._resource(ref).delete(name=ref.name, namespace=ref.namespace, serialize=False)
+            self._resource(ref).delete(name=ref.name, namespace=ref.namespace, serialize=False,
+                                       body={"propagationPolicy": "Background"})
             return "deleted"
         except Exception as exc:
             if self._missing_object(exc, ref):
