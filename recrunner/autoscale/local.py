@@ -5,6 +5,7 @@ supervisor follows (recrunner.elasticps.launch). A job with no grant yet is pend
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from recrunner.autoscale.cluster import View
 from recrunner.autoscale.policy import Job, Resources
@@ -24,9 +25,9 @@ class LocalCluster:
         self.runs_dir, self.capacity = runs_dir, capacity
         self.dirs: dict[str, Path] = {}
         self._cpu: tuple[float, float] | None = None
+        self._bounds: dict[tuple[str, int], Any] = {}  # (config file, mtime) -> mode.elastic
 
     def observe(self) -> View:
-        from recrunner.config.compose import load_resolved
         from recrunner.errors import RecrunnerError
 
         jobs, running = [], {}
@@ -39,7 +40,7 @@ class LocalCluster:
             if job is None:
                 continue
             try:
-                el = load_resolved(run / "dist" / "config.yaml").mode.elastic
+                el = self.bounds(run)
             except (RecrunnerError, OSError) as exc:
                 log.warning("%s: skipped (%s)", run, exc)
                 continue
@@ -55,6 +56,17 @@ class LocalCluster:
         capacity = SLOT.times(self.capacity)
         used = sum((j.trainer.times(j.trainers) for j in jobs), Resources())
         return View(jobs, capacity, capacity - used, running)
+
+    def bounds(self, run: Path) -> Any:
+        """The run's mode.elastic, read again only when its config file changes: a look comes
+        every autoscale.interval_s, and loading a config takes a good part of a second."""
+        from recrunner.config.compose import load_resolved
+
+        config = run / "dist" / "config.yaml"
+        key = (str(config), config.stat().st_mtime_ns)
+        if key not in self._bounds:
+            self._bounds[key] = load_resolved(config).mode.elastic
+        return self._bounds[key]
 
     def resize(self, job: Job, trainers: int, now: float) -> None:
         scale.write_grant(self.dirs[job.name], trainers, now)
