@@ -22,11 +22,13 @@ class TinyNet(paddle.nn.Layer):  # type: ignore[name-defined]
         return self.dense(self.table(ids).sum(axis=1))
 
 
-def first_step(epoch: int, **rates: float) -> tuple[np.ndarray, np.ndarray]:
+def first_step(epoch: int, learning_rate: float, table_learning_rate: float | None = None,
+               decay: float = 1.0, host_tables: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """How far one Adam step in `epoch` moves the table's rows and the dense weights."""
     paddle.seed(0)
     net = TinyNet()
-    opt = optim.Adam(paddle, net, **rates)
+    opt = optim.Adam(paddle, net, learning_rate, table_learning_rate, decay,
+                     host_tables=host_tables)
     opt.start_epoch(epoch)
     table, dense = net.table.weight.numpy().copy(), net.dense.weight.numpy().copy()
     net(paddle.to_tensor(np.array([[4, 7]], "int64"))).sum().backward()
@@ -35,12 +37,14 @@ def first_step(epoch: int, **rates: float) -> tuple[np.ndarray, np.ndarray]:
             np.abs(net.dense.weight.numpy() - dense))
 
 
+@pytest.mark.parametrize("host_tables", [False, True], ids=["paddle-tables", "host-tables"])
 @pytest.mark.parametrize("epoch", [1, 3])
-def test_each_part_moves_by_its_own_decayed_rate(epoch: int) -> None:
+def test_each_part_moves_by_its_own_decayed_rate(epoch: int, host_tables: bool) -> None:
     """Adam's step is proportional to its rate: the table's rows move by
     table_learning_rate * decay^(epoch-1), the dense weights by learning_rate * the same."""
-    table_ref, dense_ref = first_step(1, learning_rate=0.001)
-    table, dense = first_step(epoch, learning_rate=0.01, table_learning_rate=0.001, decay=0.5)
+    table_ref, dense_ref = first_step(1, learning_rate=0.001, host_tables=host_tables)
+    table, dense = first_step(epoch, learning_rate=0.01, table_learning_rate=0.001, decay=0.5,
+                              host_tables=host_tables)
     scale = 0.5 ** (epoch - 1)
     np.testing.assert_allclose(table[[4, 7]], table_ref[[4, 7]] * scale, rtol=1e-3)
     assert table[[4, 7]].min() > 0 and not table[[0, 1, 2, 3, 5, 6, 8, 9]].any()  # lazy

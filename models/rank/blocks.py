@@ -26,7 +26,18 @@ class IdTable(nn.Embedding):
     """nn.Embedding (same parameter) that, training in dygraph with sparse gradients, looks up
     each distinct id of the batch once, in sorted order, and gathers from those rows. The lazy
     Adam update then sees distinct sorted rows and skips its merge of duplicates: 2.7 -> 1.4 ms
-    a step on the default data (30% of a batch's ids distinct)."""
+    a step on the default data (30% of a batch's ids distinct).
+
+    With `host_rows` (set by recrunner.train.row_adam.RowAdam, mode=local) the distinct rows
+    (first-seen order) are copied out of the table into a leaf tensor of their own, recorded in
+    `touched`, and the optimizer updates them in the table itself: no SelectedRows gradient."""
+
+    host_rows = False
+    row_l2 = 0.0  # DecayedIdTable: L2 on the rows a batch uses
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.touched: list[tuple[np.ndarray, paddle.Tensor]] = []
 
     def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
         if not (self.training and self._sparse and paddle.in_dynamic_mode()):
@@ -35,11 +46,29 @@ class IdTable(nn.Embedding):
             padding = None if self._padding_idx is None else int(self._padding_idx)
             return F.embedding(ids, self.weight, padding_idx=padding, sparse=self._sparse,
                                name=self._name)
-        distinct, index = np.unique(ids.numpy(), return_inverse=True)
-        rows = super().forward(paddle.to_tensor(distinct))
+        if self.host_rows:
+            index, rows = self._host_lookup(ids)
+        else:
+            distinct, index = np.unique(ids.numpy(), return_inverse=True)
+            rows = super().forward(paddle.to_tensor(distinct))
         positions = paddle.to_tensor(index.reshape(-1))
         # A dense lookup into the distinct rows: its gradient kernel is 2x gather's.
         return paddle.reshape(F.embedding(positions, rows), [*ids.shape, self._embedding_dim])
+
+    # Not converted when an export has turned forward() into a static function (later passes of
+    # an online run train through it): dy2static would try to convert pyarrow.
+    @paddle.jit.not_to_static
+    def _host_lookup(self, ids: paddle.Tensor) -> tuple[np.ndarray, paddle.Tensor]:
+        """Each id's index into the batch's distinct rows, and those rows as a new leaf."""
+        from recrunner.train.row_adam import distinct_ids, param_array
+
+        distinct, index = distinct_ids(ids.numpy())
+        rows = paddle.to_tensor(np.take(param_array(self.weight), distinct, axis=0),
+                                stop_gradient=False)
+        self.touched.append((distinct, rows))
+        if self.row_l2 > 0:
+            return index, RowDecay.apply(rows, self.row_l2)
+        return index, rows
 
 
 def id_table(number: int, width: int, sparse: bool, init_scale: float) -> IdTable:
@@ -162,7 +191,7 @@ class RowDecay(paddle.autograd.PyLayer):
 class _DecayedLookup(nn.Embedding):
     """The lookup IdTable's training path calls (through super()) for the distinct ids."""
 
-    row_l2: float = 0.0
+    row_l2: float  # IdTable's
 
     def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
         rows = super().forward(ids)

@@ -22,6 +22,8 @@ log = logging.getLogger("recrunner.fleet")
 class CollectiveGroup(LocalGroup):
     """Every rank of the default process group (dist.init_parallel_env must have run)."""
 
+    updates_alone = False  # DataParallel all-reduces the parameters' gradients
+
     def __init__(self) -> None:
         import paddle.distributed as dist
 

@@ -16,6 +16,9 @@ class LocalGroup:
 
     rank = 0
     world = 1
+    # Gradients reach the optimizer as autograd left them (no all-reduce of parameters'
+    # gradients): the tables may then be updated on the host (recrunner.train.row_adam).
+    updates_alone = True
 
     @property
     def is_writer(self) -> bool:

@@ -3,6 +3,7 @@
 from typing import Any
 
 from recrunner.errors import RecrunnerError
+from recrunner.train.row_adam import RowAdam
 
 # Adam's moments' decay rates and epsilon (Paddle's defaults), for both parts and for mode=ps's
 # servers (recrunner/fleet/ps_tables.py).
@@ -10,21 +11,28 @@ BETA1, BETA2, EPSILON = 0.9, 0.999, 1e-8
 
 
 class Adam:
-    """Adam over all of a net's parameters as two Paddle optimizers: a lazy one for the
-    embedding tables with sparse (SelectedRows) gradients, which updates only the rows a
-    batch touched, and one multi-tensor update for the dense parameters, which on the CPU
-    costs one kernel launch instead of one per parameter (W&D: 3.8 -> 2.9 ms a step)."""
+    """Adam over all of a net's parameters in two parts: a lazy one for the embedding tables
+    with sparse gradients, which updates only the rows a batch touched, and one multi-tensor
+    update for the dense parameters, which on the CPU costs one kernel launch instead of one
+    per parameter (W&D: 3.8 -> 2.9 ms a step).
+
+    The tables' part is Paddle's lazy Adam on SelectedRows gradients, or, with `host_tables`
+    (a process that updates alone), recrunner.train.row_adam.RowAdam on the rows themselves."""
 
     def __init__(self, paddle: Any, net: Any, learning_rate: float,
-                 table_learning_rate: float | None = None, decay: float = 1.0) -> None:
+                 table_learning_rate: float | None = None, decay: float = 1.0, *,
+                 host_tables: bool = False) -> None:
         # Each part's rate before decay: step_epoch sets the decayed one.
         self.rates = {"tables": table_learning_rate or learning_rate, "dense": learning_rate}
         self.decay = decay
-        tables = [layer.weight for layer in net.sublayers()
+        layers = [layer for layer in net.sublayers()
                   if isinstance(layer, paddle.nn.Embedding) and layer._sparse]
+        tables = [layer.weight for layer in layers]
         dense = [p for p in net.parameters() if all(p is not t for t in tables)]
         self.parts: dict[str, Any] = {}
-        if tables:
+        if layers and host_tables and all(hasattr(layer, "host_rows") for layer in layers):
+            self.parts["tables"] = RowAdam(layers, self.rates["tables"], BETA1, BETA2, EPSILON)
+        elif tables:
             self.parts["tables"] = paddle.optimizer.Adam(
                 learning_rate=self.rates["tables"], parameters=tables, lazy_mode=True, beta1=BETA1,
                 beta2=BETA2, epsilon=EPSILON)
