@@ -183,6 +183,30 @@ def test_hash_dictionary_path_equals_plain_and_fields_are_salted() -> None:
         values, field_salt("C2"), 10**6).tolist()
 
 
+def test_few_values_hash_as_the_vectorized_path_does_cached_or_not() -> None:
+    from recrunner.data import hashing
+
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        n = int(rng.integers(1, 40))
+        # Repeated values (a cache hit) beside new ones; empty and long strings; any byte.
+        pool = [bytes(rng.integers(0, 256, int(rng.integers(0, 30)), dtype=np.uint8))
+                for _ in range(8)]
+        values = [pool[int(i)] for i in rng.integers(0, len(pool), n)]
+        salts = rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2)
+        assert sum(map(len, values)) <= hashing.SMALL_BYTES
+        lengths = np.array([len(v) for v in values], np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        vectorized = hashing._hash_bytes(np.frombuffer(b"".join(values), np.uint8), starts,
+                                         lengths, salts)
+        for _ in range(2):  # the second call answers from the cache
+            np.testing.assert_array_equal(hashing.hash_byte_strings(values, salts), vectorized,
+                                          err_msg=str(trial))
+    many = [b"x" * 40] * 30  # over SMALL_BYTES: the vectorized path
+    assert hashing.hash_byte_strings(many, np.zeros(30, np.uint64)).tolist() == \
+        hashing._hash_small(many, np.zeros(30, np.uint64)).tolist()
+
+
 def test_dense_minmax_matches_paddlerec_scaling() -> None:
     raw = np.zeros((1, ND), np.float32)
     raw[0, -1] = np.nan
