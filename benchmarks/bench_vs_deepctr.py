@@ -203,10 +203,10 @@ def label_encoded_arrays(train: Path, test: Path, out: Path) -> None:
 
 
 def run_recrunner(model: str, train: Path, test: Path, out: Path, threads: int,
-                  overrides: list[str]) -> dict[str, Any]:
+                  overrides: list[str], epochs: int = 1) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, "-m", "recrunner", "train", f"model={model}", "runner.epochs=1",
+        [sys.executable, "-m", "recrunner", "train", f"model={model}", f"runner.epochs={epochs}",
          "runner.progress=false", f"runner.threads={threads}", f"dataset.train={train}",
          f"dataset.test={test}", f"runner.output_dir={out}", *overrides],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)

@@ -61,10 +61,7 @@ class ClickModel:
         self.vocab = [names.index(f.table) if f.table else j for j, f in enumerate(sparse)]
         self.cat_missing = np.array([0.0 if sparse[j].derive else sparse[j].synth_missing
                                      for j in self.single])
-        rng = np.random.default_rng([self.seed, 0])
-        self.field_scale = rng.uniform(0.1, 0.9, len(sparse)) * (rng.random(len(sparse)) < 0.7)
-        self.dense_weight = rng.normal(0.0, 0.25, len(dense))
-        self.zipf_s = rng.uniform(1.05, 1.3, len(sparse))
+        self.draw(np.random.default_rng([self.seed, 0]))
         self.bias = 0.0
         calib = self.sample(np.random.default_rng([self.seed, 1]), 50_000, 0)
         logits = self.logits(*calib[:2])
@@ -73,6 +70,13 @@ class ClickModel:
             self.bias = (lo + hi) / 2
             ctr = (1 / (1 + np.exp(-(logits + self.bias)))).mean()
             lo, hi = (self.bias, hi) if ctr < self.base_ctr else (lo, self.bias)
+
+    def draw(self, rng: np.random.Generator) -> None:
+        """The model's random parameters (benchmarks/quality_suite.py draws a family)."""
+        n = len(self.schema.sparse)
+        self.field_scale = rng.uniform(0.1, 0.9, n) * (rng.random(n) < 0.7)
+        self.dense_weight = rng.normal(0.0, 0.25, len(self.schema.dense))
+        self.zipf_s = rng.uniform(1.05, 1.3, n)
 
     def _zipf(self, rng: np.random.Generator, j: int, shape: tuple[int, ...]) -> np.ndarray:
         # Inverse-CDF sampling of a truncated power law over the feature's categories.
@@ -142,9 +146,14 @@ class ClickModel:
                 if f.pooling == "mean":
                     w /= np.maximum((seen >= 0).sum(axis=1), 1)
                 z += scale * w
-        # Interactions a linear model cannot express: the deep part has to find them. The
-        # first two single-valued features, and the dense feature with the largest counts with
-        # the sixth single-valued feature (or the last).
+        self.add_interactions(z, counts, cats)
+        return z
+
+    def add_interactions(self, z: np.ndarray, counts: np.ndarray, cats: list[np.ndarray]
+                         ) -> None:
+        """Add to the logits `z` the terms a linear model cannot express: the deep part has to
+        find them. The first two single-valued features, and the dense feature with the
+        largest counts with the sixth single-valued feature (or the last)."""
         single = [cats[j] for j in self.single]
         if len(single) >= 2:
             z += 0.8 * self._weight(100, single[0] * 1000 + single[1] % 1000)
@@ -152,7 +161,6 @@ class ClickModel:
             k = int(np.argmax(self.mu))
             z += 0.6 * np.tanh(np.nan_to_num(np.log1p(np.maximum(counts[:, k], 0))) -
                                self.mu[k]) * self._weight(101, single[min(5, len(single) - 1)])
-        return z
 
     def category_strings(self, field: int, cats: np.ndarray) -> pa.Array:
         key = _splitmix(cats.astype(np.uint64) * np.uint64(97) + np.uint64(field)) & np.uint64(
@@ -201,14 +209,15 @@ def draw(model: ClickModel, seed: int, rows: int, split: int) -> Iterator[Chunk]
 
 
 def generate(path: str | Path, rows: int, seed: int, split: int, base_ctr: float = 0.25,
-             schema: SchemaConfig | None = None) -> None:
+             schema: SchemaConfig | None = None, model: ClickModel | None = None) -> None:
     """Write `rows` labeled rows of `schema` (default: Criteo's) to `path` and
     `<path>.truth.npy`, atomically. CSV files get a header line, TSV files none (as Avazu's
-    and Criteo's own files)."""
-    schema = schema or load_schema_config("criteo")
+    and Criteo's own files). `model`: another click model of the schema (default: ClickModel
+    of `seed` and `base_ctr`)."""
+    schema = model.schema if model is not None else schema or load_schema_config("criteo")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    model = ClickModel(schema, seed, base_ctr)
+    model = model or ClickModel(schema, seed, base_ctr)
     delimiter = "\t" if schema.file.delimiter == "auto" else schema.file.delimiter
     header = schema.file.header.lower() == "true" or (
         schema.file.header.lower() == "auto" and delimiter != "\t")
