@@ -37,7 +37,8 @@ class IdTable(nn.Embedding):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.touched: list[tuple[np.ndarray, paddle.Tensor]] = []
+        # (distinct ids, their leaf tensor, its values) per training lookup of the step
+        self.touched: list[tuple[np.ndarray, paddle.Tensor, np.ndarray]] = []
 
     def forward(self, ids: paddle.Tensor) -> paddle.Tensor:
         if not (self.training and self._sparse and paddle.in_dynamic_mode()):
@@ -63,9 +64,9 @@ class IdTable(nn.Embedding):
         from recrunner.train.row_adam import distinct_ids, param_array
 
         distinct, index = distinct_ids(ids.numpy())
-        rows = paddle.to_tensor(np.take(param_array(self.weight), distinct, axis=0),
-                                stop_gradient=False)
-        self.touched.append((distinct, rows))
+        values = np.take(param_array(self.weight), distinct, axis=0)
+        rows = paddle.to_tensor(values, stop_gradient=False)  # a copy: `values` stays ours
+        self.touched.append((distinct, rows, values))  # the update starts from `values`
         if self.row_l2 > 0:
             return index, RowDecay.apply(rows, self.row_l2)
         return index, rows

@@ -77,7 +77,7 @@ class RowAdam:
         merged = _merged(table.touched)
         if merged is None:  # looked up, but the loss did not depend on the rows
             return
-        rows, grad = merged
+        rows, grad, values = merged
         b1, b2 = self.beta1, self.beta2
         # Paddle 3.0's CPU kernel for sparse gradients (SparseAdamFunctor, lazy) advances the
         # beta powers before it uses them (step t corrects by beta^(t+1): the first step's rows
@@ -100,7 +100,8 @@ class RowAdam:
         m += (one - np.float32(b1)) * grad
         v *= np.float32(b2)
         v += (one - np.float32(b2)) * grad * grad
-        values = np.take(weight, rows, axis=0)
+        if values is None:
+            values = np.take(weight, rows, axis=0)
         values -= lr_t * (m / (np.sqrt(v) + eps_t))
         _put_rows(weight, rows, values)
         _put_rows(moments.reshape(len(moments), -1), rows, state.reshape(len(rows), -1))
@@ -135,10 +136,14 @@ def _array(value: Any) -> np.ndarray:
     return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
 
 
-def _merged(touched: list[tuple[np.ndarray, Any]]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The step's distinct rows and their summed gradients (a table looked up more than once in
-    a step has each lookup's rows; Paddle merges a SelectedRows gradient the same way)."""
-    parts = [(rows, leaf.grad.numpy()) for rows, leaf in touched if leaf.grad is not None]
+def _merged(touched: list[tuple[np.ndarray, Any, np.ndarray]]
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """The step's distinct rows, their summed gradients and, for a single lookup, their values
+    as it gathered them (the table has not moved since: no second gather). A table looked up
+    more than once in a step has each lookup's rows; Paddle merges a SelectedRows gradient
+    the same way."""
+    parts = [(rows, leaf.grad.numpy(), values) for rows, leaf, values in touched
+             if leaf.grad is not None]
     if not parts:
         return None
     if len(parts) == 1:
@@ -148,7 +153,7 @@ def _merged(touched: list[tuple[np.ndarray, Any]]) -> tuple[np.ndarray, np.ndarr
     distinct, index = np.unique(rows, return_inverse=True)
     merged = np.zeros((len(distinct), grads.shape[1]), np.float32)
     np.add.at(merged, index, grads)
-    return distinct, merged
+    return distinct, merged, None
 
 
 def _put_rows(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
