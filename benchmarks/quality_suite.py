@@ -31,7 +31,6 @@ import quiet
 from recrunner.data.schema import load_schema_config
 from recrunner.data.synth import ClickModel, generate
 
-TUNE, REPORT = range(1, 6), range(101, 106)
 MODELS = "wide_deep,deepfm,dcn_v2,dnn,fm,lr"
 
 
@@ -41,7 +40,7 @@ class SuiteClickModel(ClickModel):
     def draw(self, rng: np.random.Generator) -> None:
         sparse, dense = self.schema.sparse, self.schema.dense
         # The schema's Criteo hints, moved per seed: cardinalities by up to 10x either way,
-        # missing shares scaled by one factor a seed. (Read by ClickModel's sampling.)
+        # missing shares scaled by one factor a seed (ClickModel reads them after draw()).
         missing = rng.uniform(0.3, 2.5)
         self.schema = dataclasses.replace(self.schema, sparse=[
             dataclasses.replace(f, synth_cardinality=int(np.clip(
@@ -49,10 +48,6 @@ class SuiteClickModel(ClickModel):
                 synth_missing=float(min(0.9, f.synth_missing * missing))) for f in sparse],
             dense=[dataclasses.replace(d, synth_missing=float(min(0.9, d.synth_missing * missing)))
                    for d in dense])
-        self.dense_missing = np.array([d.synth_missing for d in self.schema.dense])
-        self.cat_missing = np.array([0.0 if self.schema.sparse[j].derive
-                                     else self.schema.sparse[j].synth_missing
-                                     for j in self.single])
         n = len(sparse)
         low = rng.uniform(1.01, 1.1)
         self.zipf_s = rng.uniform(low, low + rng.uniform(0.1, 0.5), n)

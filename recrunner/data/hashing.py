@@ -65,27 +65,23 @@ _small_cache: dict[tuple[int, bytes], int] = {}
 
 
 def _hash_small(values: list[bytes], salt: np.ndarray) -> np.ndarray:
-    """_hash_bytes's FNV-1a and splitmix64 on Python integers (modulo 2**64)."""
+    """_hash_bytes's result: FNV-1a on Python integers (modulo 2**64), `_mix` on the values not
+    in the cache."""
     offset, prime, cache = int(FNV_OFFSET), int(FNV_PRIME), _small_cache
-    out = []
-    for value, value_salt in zip(values, salt.tolist(), strict=True):
-        key = (value_salt, value)
-        h = cache.get(key)
-        if h is None:
+    keys = list(zip(salt.tolist(), values, strict=True))
+    missing = [k for k in dict.fromkeys(keys) if k not in cache]
+    if missing:
+        fnv = []
+        for value_salt, value in missing:
             h = offset ^ value_salt
             for byte in value:
                 h = ((h ^ byte) * prime) & MASK64
-            h ^= len(value)
-            h ^= h >> 30
-            h = (h * 0xBF58476D1CE4E5B9) & MASK64
-            h ^= h >> 27
-            h = (h * 0x94D049BB133111EB) & MASK64
-            h ^= h >> 31
-            if len(cache) >= SMALL_CACHE:
-                cache.clear()
-            cache[key] = h
-        out.append(h)
-    return np.array(out, np.uint64)
+            fnv.append(h ^ len(value))
+        if len(cache) + len(missing) > SMALL_CACHE:
+            cache.clear()
+        with np.errstate(over="ignore"):
+            cache.update(zip(missing, _mix(np.array(fnv, np.uint64)).tolist(), strict=True))
+    return np.array([cache[k] for k in keys], np.uint64)
 
 
 def hash_byte_strings(values: list[bytes], salt: np.ndarray) -> np.ndarray:

@@ -55,13 +55,15 @@ class ClickModel:
     def __post_init__(self) -> None:
         dense, sparse = self.schema.dense, self.schema.sparse
         self.mu = np.array([d.synth_mu for d in dense])
-        self.dense_missing = np.array([d.synth_missing for d in dense])
         self.single = [j for j, f in enumerate(sparse) if f.multi_value is None]
         names = [f.name for f in sparse]
         self.vocab = [names.index(f.table) if f.table else j for j, f in enumerate(sparse)]
+        self.draw(np.random.default_rng([self.seed, 0]))
+        # After draw(), which may move the schema's hints (benchmarks/quality_suite.py).
+        dense, sparse = self.schema.dense, self.schema.sparse
+        self.dense_missing = np.array([d.synth_missing for d in dense])
         self.cat_missing = np.array([0.0 if sparse[j].derive else sparse[j].synth_missing
                                      for j in self.single])
-        self.draw(np.random.default_rng([self.seed, 0]))
         self.bias = 0.0
         calib = self.sample(np.random.default_rng([self.seed, 1]), 50_000, 0)
         logits = self.logits(*calib[:2])
