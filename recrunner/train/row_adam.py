@@ -61,9 +61,6 @@ class RowAdam:
     def set_lr(self, value: float) -> None:
         self.lr = value
 
-    def get_lr(self) -> float:
-        return self.lr
-
     def step(self) -> None:
         for table, moments, pows in zip(self.tables, self.moments, self.pows, strict=True):
             if table.touched:
