@@ -35,6 +35,7 @@ from recrunner.fleet.ps_tables import (
     table_shards,
     trainer_optimizer,
 )
+from recrunner.fleet.rendezvous import poll_rendezvous_quickly
 from recrunner.fleet.roles import DistError, Role, check_port_free, wait_for_port
 from recrunner.train import checkpoint
 from recrunner.train.build import build_net, model_inputs, table_rows, table_width
@@ -585,6 +586,7 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
             wait_for_port(gloo, timeout, "parameter server 0's gloo rendezvous")
     watchdog = StartupWatchdog(timeout, f"{role.name}: forming the PS job (servers "
                                f"{','.join(role.servers)})", fail_status(cfg, role))
+    poll_rendezvous_quickly()
     fleet.init(fleet.PaddleCloudRoleMaker(is_collective=False))
     graph = build_graph(cfg)
     strategy = fleet.DistributedStrategy()
