@@ -618,6 +618,10 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
         from recrunner.elasticps.run import run_elastic_client
 
         return run_elastic_client(cfg, role, graph, exe, shards, watchdog)
+    # The trainers reach the servers together, each done with its own start-up: a resumed geo
+    # job whose trainers arrived apart hung once in init_worker (trainer 0 pushing its copy of
+    # the table, trainer 1 in the servers' barrier; docs/distributed.md, start-up cost).
+    fleet.util.barrier()
     fleet.init_worker()
     watchdog.done.set()
     group = PsTrainerGroup(role, Path(cfg.runner.output_dir) / "dist" / "exchange")
