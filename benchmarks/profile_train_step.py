@@ -2,7 +2,7 @@
 and then under Paddle's profiler (the operator table, totals over the profiled steps); and the
 compute limit on this machine: examples/s of a step that did nothing but the network's GEMMs.
 
-    python benchmarks/profile_train_step.py [--steps 50] [config overrides ...]
+    python benchmarks/profile_train_step.py [--steps 50] [--rounds 3] [config overrides ...]
 
 e.g. `... model.fc_sizes=[256,128]` or `runner.threads=1`. The README's step breakdown comes
 from this script.
@@ -58,8 +58,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     quiet.guard(parser)
     parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="the step and the GEMM limit, timed alternately this many times")
     parser.add_argument("overrides", nargs="*")
     opts = parser.parse_args()
+    if opts.steps < 1 or opts.rounds < 1:
+        parser.error("--steps and --rounds must be at least 1")
     with tempfile.TemporaryDirectory() as tmp:
         train = Path(tmp, "train.tsv")
         cfg = load([f"runner.output_dir={tmp}/run", "runner.progress=false",
@@ -74,18 +78,29 @@ def main() -> None:
         for batch in batches[:WARMUP]:
             trainer.train_step(batch)
 
-        seconds = []
-        for batch in batches[WARMUP:WARMUP + opts.steps]:
-            start = time.perf_counter()
-            trainer.train_step(batch)
-            seconds.append(time.perf_counter() - start)
-        step = statistics.median(seconds)
-        print(json.dumps({"bench": "train_step", "batch_size": cfg.runner.batch_size,
+        # The step and the limit alternate, round after round: each moves on this host
+        # (the limit by up to 45% between runs), and a ratio of two figures taken minutes
+        # apart would carry both drifts. The fraction reported is that of the medians.
+        size = cfg.runner.batch_size
+        steps, limits = [], []
+        for _ in range(opts.rounds):
+            seconds = []
+            for batch in batches[WARMUP:WARMUP + opts.steps]:
+                start = time.perf_counter()
+                trainer.train_step(batch)
+                seconds.append(time.perf_counter() - start)
+            steps.append(statistics.median(seconds))
+            limits.append(gemm_limit(trainer.net, size))
+        step, limit = statistics.median(steps), statistics.median(limits)
+        fractions = [size / s / lim for s, lim in zip(steps, limits, strict=True)]
+        print(json.dumps({"bench": "train_step", "batch_size": size,
                           "threads": cfg.runner.threads, "median_step_ms": step * 1e3,
-                          "examples_per_sec": cfg.runner.batch_size / step}))
-        limit = gemm_limit(trainer.net, cfg.runner.batch_size)
+                          "examples_per_sec": size / step,
+                          "rounds_step_ms": [round(s * 1e3, 2) for s in steps]}))
         print(json.dumps({"bench": "gemm_limit", "examples_per_sec": limit,
-                          "step_fraction_of_limit": cfg.runner.batch_size / step / limit}))
+                          "step_fraction_of_limit": size / step / limit,
+                          "rounds_examples_per_sec": [round(x) for x in limits],
+                          "rounds_fraction": [round(f, 3) for f in fractions]}))
 
         import paddle.profiler as profiler
 

@@ -144,7 +144,8 @@ MODES = {
     "local": ["mode=local"],
     "collective": ["mode=collective", "mode.nproc=2"],
     "ps-async": ["mode=ps", "mode.servers=1", "mode.trainers=2"],
-    # Geo merges the trainers' copies every geo_k_steps: often enough for 78 steps an epoch.
+    # Geo merges the trainers' copies every geo_k_steps: often enough for the 390 steps a trainer
+    # trains an epoch.
     "ps-geo": ["mode=ps", "mode.servers=1", "mode.trainers=2", "mode.sync_mode=geo",
                "mode.geo_k_steps=10"],
 }
