@@ -81,7 +81,10 @@ class SuiteClickModel(ClickModel):
             z += strength * np.tanh(level) * self._weight(199, single[m])
 
     def describe(self) -> dict[str, Any]:
-        return {"pairs": self.pairs, "dense_cross": self.dense_cross,
+        names = [self.schema.sparse[j].name for j in self.single]
+        return {"pairs": self.pairs, "pair_fields": sorted({
+                    tuple(sorted((names[a], names[b]))) for a, b, *_ in self.pairs}),
+                "dense_cross": self.dense_cross,
                 "zipf_s": [round(float(self.zipf_s.min()), 3), round(float(self.zipf_s.max()), 3)],
                 "fields_used": int((self.field_scale > 0).sum())}
 
@@ -124,6 +127,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-deepctr", action="store_true", help="skip DeepCTR-Torch's WDL")
     parser.add_argument("--data-dir", type=Path, help="keep the generated data here")
+    parser.add_argument("--oracle-crosses", action="store_true",
+                        help="give each model the seed's true interacting pairs as "
+                             "model.wide_crosses (an upper bound for a pair selection; no "
+                             "user knows them)")
     parser.add_argument("overrides", nargs="*", help="config overrides for every model")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
@@ -136,9 +143,13 @@ def main() -> None:
         for seed in seeds(args.seeds):
             train, test, family = make_data(root, seed, args.rows)
             print(json.dumps({"seed": seed, "family": family}), flush=True)
+            overrides = list(args.overrides)
+            if args.oracle_crosses:
+                overrides.append("model.wide_crosses=[" + ",".join(
+                    f"[{a},{b}]" for a, b in family["pair_fields"]) + "]")
             for model in models:
                 out = Path(tmp_dir) / f"{seed}-{model}"
-                run = vs.run_recrunner(model, train, test, out, args.threads, args.overrides,
+                run = vs.run_recrunner(model, train, test, out, args.threads, overrides,
                                        epochs=args.epochs)
                 aucs, truth = epoch_aucs(out)
                 row = {"seed": seed, "model": model, "auc": aucs, "truth_auc": truth,
