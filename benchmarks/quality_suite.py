@@ -89,6 +89,12 @@ class SuiteClickModel(ClickModel):
                 "fields_used": int((self.field_scale > 0).sum())}
 
 
+def has_crosses(model: str) -> bool:
+    from recrunner.models import load_model_module
+
+    return "wide_crosses" in {f.name for f in dataclasses.fields(load_model_module(model).Config)}
+
+
 def seeds(spec: str) -> list[int]:
     out: list[int] = []
     for part in spec.split(","):
@@ -143,12 +149,13 @@ def main() -> None:
         for seed in seeds(args.seeds):
             train, test, family = make_data(root, seed, args.rows)
             print(json.dumps({"seed": seed, "family": family}), flush=True)
-            overrides = list(args.overrides)
-            if args.oracle_crosses:
-                overrides.append("model.wide_crosses=[" + ",".join(
-                    f"[{a},{b}]" for a, b in family["pair_fields"]) + "]")
+            crosses = "model.wide_crosses=[" + ",".join(
+                f"[{a},{b}]" for a, b in family["pair_fields"]) + "]"
             for model in models:
                 out = Path(tmp_dir) / f"{seed}-{model}"
+                overrides = list(args.overrides)
+                if args.oracle_crosses and has_crosses(model):  # FM and LR have none
+                    overrides.append(crosses)
                 run = vs.run_recrunner(model, train, test, out, args.threads, overrides,
                                        epochs=args.epochs)
                 aucs, truth = epoch_aucs(out)

@@ -129,6 +129,9 @@ def trained_export(tmp_path_factory: pytest.TempPathFactory, synth_data: dict[st
                       lambda out: train_export(synth_data, out)) / "export"
 
 
+MATRIX_ROWS = 200_000  # the test matrix's training rows (matrix_data, tests/test_one_model.py)
+
+
 @pytest.fixture(scope="session")
 def matrix_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """200k train / 10k test rows: enough test rows for a 0.01 AUC gap to mean something, and
@@ -138,7 +141,6 @@ def matrix_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return synth_split(tmp_path_factory, "matrix", MATRIX_ROWS, 10_000, seed=11)
 
 
-MATRIX_ROWS = 200_000
 # The matrix's modes and training settings (tests/test_one_model.py; `runs` below).
 MODES = {
     "local": ["mode=local"],
