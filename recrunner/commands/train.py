@@ -60,11 +60,11 @@ def check(cfg: RootConfig) -> None:
     if str(cfg.mode.name) == "ps" and getattr(cfg.model, "embedding_l2", 0.0) > 0:
         raise RecrunnerError("model.embedding_l2 applies to mode=local and mode=collective; "
                              "mode=ps's tables live on the servers: set it to 0")
-    if str(cfg.mode.name) == "ps" and (cfg.runner.table_learning_rate is not None
-                                        or cfg.runner.lr_decay != 1.0):
-        raise RecrunnerError("runner.table_learning_rate and runner.lr_decay apply to "
-                             "mode=local and mode=collective; mode=ps's servers keep one "
-                             "constant rate: unset them")
+    schedule = [k for k in ("table_learning_rate", "lr_decay", "table_lr_decay")
+                if getattr(cfg.runner, k) is not None]
+    if str(cfg.mode.name) == "ps" and schedule:
+        raise RecrunnerError(f"runner.{schedule[0]} applies to mode=local and mode=collective; "
+                             "mode=ps's servers keep one constant rate: unset it")
     if str(cfg.mode.name) == "ps" and getattr(cfg.model, "wide_crosses", None):
         raise RecrunnerError("model.wide_crosses applies to mode=local and mode=collective; "
                              "mode=ps serves one id table: set it to []")

@@ -21,8 +21,12 @@ class RunnerConfig:
     # learning_rate). mode=local and mode=collective only.
     table_learning_rate: float | None = None
     # Every rate is multiplied by this after each epoch: epoch e trains at rate * lr_decay^(e-1)
-    # (1: constant). mode=local and mode=collective only.
-    lr_decay: float = 1.0
+    # (1: constant). None: the dense part 0.01, the tables 0.1 (recrunner.train.optim.
+    # DEFAULT_DECAYS); online passes and mode=ps: constant. Set: mode=local and collective only.
+    lr_decay: float | None = None
+    # The tables' own decay (None: lr_decay when set, else the default's); 0 freezes them
+    # after epoch 1. mode=local and mode=collective only.
+    table_lr_decay: float | None = None
     seed: int = 2026
     output_dir: str = "runs/${model.name}"
     resume: bool = False
@@ -67,4 +71,5 @@ class RunnerConfig:
             raise ValueError("runner.follow=true needs runner.online=true (it waits for new "
                              "partitions to train as passes)")
         within("runner", self, "lr_decay", 0.0, 1.0)
+        within("runner", self, "table_lr_decay", 0.0, 1.0)
         within("runner", self, "target_auc", 0.0, 1.0)

@@ -37,7 +37,7 @@ class DygraphEngine:
         self.net = build_net(cfg)
         self.model = group.wrap(self.net)
         self.opt = optim.Adam(self.paddle, self.net, cfg.runner.learning_rate,
-                              cfg.runner.table_learning_rate, cfg.runner.lr_decay,
+                              cfg.runner.table_learning_rate, optim.epoch_decays(cfg.runner),
                               host_tables=group.updates_alone)
         self.predict_fn = net_predictor(self.net)
         self.expected_examples = reader.estimate_rows(cfg.dataset.train)
