@@ -94,3 +94,17 @@ def test_ps_mode_refuses_the_schedule_and_bad_values_fail_at_load() -> None:
                               ("runner.table_learning_rate=-1", "table_learning_rate=-1.0")):
         with pytest.raises(Exception, match=message):
             load([override])
+
+
+def test_ps_mode_says_in_one_line_that_it_keeps_its_rates(
+        synth_data: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    from recrunner.commands.train import check
+    from recrunner.config.compose import load
+    from tests.conftest import data_overrides
+
+    said = "recrun train: warning: mode=ps trains every epoch at the same rates"
+    check(load(["mode=ps", "model=lr", *data_overrides(synth_data)]))  # 2 epochs by default
+    assert capsys.readouterr().err.count(said) == 1
+    for one_rate in (["mode=ps", "runner.epochs=1"], ["mode=local"]):
+        check(load([*one_rate, "model=lr", *data_overrides(synth_data)]))
+        assert said not in capsys.readouterr().err, one_rate

@@ -65,6 +65,12 @@ def check(cfg: RootConfig) -> None:
     if str(cfg.mode.name) == "ps" and schedule:
         raise RecrunnerError(f"runner.{schedule[0]} applies to mode=local and mode=collective; "
                              "mode=ps's servers keep one constant rate: unset it")
+    if str(cfg.mode.name) == "ps" and cfg.runner.epochs > 1 and not cfg.runner.online:
+        import sys
+
+        print("recrun train: warning: mode=ps trains every epoch at the same rates (its "
+              "servers keep one); the decay after epoch 1 (runner.lr_decay) is mode=local's "
+              "and mode=collective's", file=sys.stderr)
     if str(cfg.mode.name) == "ps" and getattr(cfg.model, "wide_crosses", None):
         raise RecrunnerError("model.wide_crosses applies to mode=local and mode=collective; "
                              "mode=ps serves one id table: set it to []")

@@ -632,10 +632,6 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
         from recrunner.data.prepare import ensure_dataset
 
         ensure_dataset(cfg.dataset, cfg.runner.online)  # a no-op after the launcher's
-        if cfg.runner.epochs > 1 and not cfg.runner.online:
-            log.warning("mode=ps trains every epoch at the same rates (its servers keep one): "
-                        "the decay after epoch 1 (runner.lr_decay) is mode=local's and "
-                        "mode=collective's")
     group.barrier()
     driver: type[RunDriver] = RunDriver
     if cfg.runner.online:
