@@ -206,8 +206,17 @@ def test_connections_over_the_limit_get_503_not_a_hang(server: Server) -> None:
      b"411"),
     (b"POST /predict HTTP/1.1\r\nContent-Length: -3\r\n\r\n", b"400"),
     (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(256)) + b"\r\n\r\n", b"400"),
+    # A proxy and the server must not read two lengths (request smuggling): 400, closed.
+    (b"POST /predict HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 40\r\n\r\n" + ROW,
+     b"400"),
+    (b"POST /predict HTTP/1.1\r\nContent-Length: 3\r\n 40\r\n\r\n" + ROW, b"400"),
+    (b"POST /predict HTTP/1.1\r\nContent-Length : 40\r\n\r\n" + ROW, b"400"),
+    (b"GET /healthz HTTP/2.0\r\n\r\n", b"505"),
+    (b"GET /healthz HTTP/1.x\r\n\r\n", b"400"),
+    (b"GET /healthz\r\n\r\n", b"400"),
 ], ids=["long-request-line", "long-header", "too-many-headers", "big-body", "chunked",
-        "negative-length", "tls-hello"])
+        "negative-length", "tls-hello", "two-lengths", "folded-line", "space-before-colon",
+        "http-2", "bad-version", "http-0.9"])
 def test_oversized_and_malformed_requests_are_answered_and_closed(
         server: Server, request_bytes: bytes, status: bytes) -> None:
     with connect(server) as sock:
@@ -268,6 +277,17 @@ def test_http_1_0_keep_alive_is_answered_as_such(server: Server) -> None:
         sock.sendall(ask.replace(b"Connection: Keep-Alive\r\n", b""))
         data = read_all(sock)
     assert data.startswith(b"HTTP/1.1 200") and b"Connection: close" in data
+
+
+def test_expect_100_continue_gets_its_interim_reply(server: Server) -> None:
+    with connect(server) as sock:
+        sock.sendall(b"POST /predict HTTP/1.1\r\nContent-Type: text/plain\r\nExpect: "
+                     b"100-continue\r\nContent-Length: " + str(len(ROW)).encode() + b"\r\n\r\n")
+        assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        sock.sendall(ROW)
+        sock.shutdown(socket.SHUT_WR)  # no next request: the server then closes
+        reply = read_all(sock)
+    assert reply.startswith(b"HTTP/1.1 200") and b'"predictions"' in reply, reply[:200]
 
 
 def test_client_vanishing_mid_reply(server: Server) -> None:

@@ -21,6 +21,7 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from recrunner.serving import http_head
 from recrunner.serving.limits import ConnectionSlots, Deadlines, refuse
 from recrunner.serving.protocol import BadRequest
 from recrunner.serving.router import Reply, Request
@@ -120,6 +121,29 @@ class Handler(BaseHTTPRequestHandler):
         pass  # per-request lines would cost more than the request; /metrics has the counts
 
     expired = False  # set by the Deadlines thread when the request came too slowly
+
+    def parse_request(self) -> bool:
+        """The stdlib's, with the head read by recrunner.serving.http_head (no email.parser):
+        the request line and fields, then Connection and Expect: 100-continue."""
+        self.command = None  # type: ignore[assignment]  # as the stdlib: none yet
+        self.request_version = self.default_request_version
+        self.close_connection = True
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        if not self.requestline.strip():
+            return False
+        try:
+            self.command, self.path, version = http_head.request_line(self.requestline)
+            self.request_version = self.requestline.split()[2]
+            self.headers = http_head.read_fields(self.rfile)  # type: ignore[assignment]
+        except http_head.HeadError as exc:
+            self.send_error(exc.status, exc.reason)
+            return False
+        connection = (self.headers.get("Connection") or "").lower()
+        self.close_connection = connection == "close" or \
+            (version < (1, 1) and connection != "keep-alive")
+        if (self.headers.get("Expect") or "").lower() == "100-continue" and version >= (1, 1):
+            return self.handle_expect_100()
+        return True
 
     def handle_one_request(self) -> None:
         """Wait for a request's first byte (an idle keep-alive: serving.socket_timeout_s), then
