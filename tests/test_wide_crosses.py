@@ -138,7 +138,7 @@ def test_no_default_or_preset_names_a_field_of_a_data_set(name: str,
     from recrunner import CONF_DIR
     from recrunner.config.compose import load
 
-    fields = set()
+    fields: set[str] = set()
     for schema in (Path(CONF_DIR) / "dataset" / "schema").glob("*.yaml"):
         spec = yaml.safe_load(schema.read_text())
         fields.update(str(f["name"]) for part in ("dense", "sparse") for f in spec.get(part, []))
