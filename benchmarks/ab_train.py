@@ -18,13 +18,13 @@ from pathlib import Path
 import quiet
 
 REPO = Path(__file__).resolve().parent.parent
-TRAIN = ["model.sparse_feature_number=1000001", "runner.batch_size=512", "runner.epochs=1",
-         "runner.progress=false"]
+TRAIN = ["model.sparse_feature_number=1000001", "runner.batch_size=512", "runner.progress=false"]
 
 
-def train(checkout: Path, data: Path, out: Path) -> dict:
+def train(checkout: Path, data: Path, out: Path, epochs: int = 1) -> dict:
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     proc = subprocess.run([sys.executable, "-m", "recrunner", "train", *TRAIN,
+                           f"runner.epochs={epochs}",
                            f"dataset.train={data / 'train.tsv'}",
                            f"dataset.test={data / 'test.tsv'}", f"runner.output_dir={out}"],
                           cwd=checkout, env=env, capture_output=True, text=True, timeout=3600)
@@ -39,6 +39,8 @@ def main() -> None:
     parser.add_argument("--old", type=Path, required=True)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=1, help="2: the default schedule's "
+                        "second epoch too (the AUCs then differ where the schedules do)")
     args = parser.parse_args()
     from recrunner.data.synth import generate
 
@@ -49,7 +51,7 @@ def main() -> None:
         results: dict[str, list[dict]] = {"old": [], "new": []}
         for r in range(args.rounds):
             for side, checkout in (("old", args.old), ("new", REPO)):
-                summary = train(checkout, data, data / f"{side}-{r}")
+                summary = train(checkout, data, data / f"{side}-{r}", args.epochs)
                 results[side].append(summary)
                 print(json.dumps({"round": r, "side": side, "auc": summary["auc"],
                                   "examples_per_sec": round(summary["examples_per_sec"])}),

@@ -122,6 +122,14 @@ def epoch_aucs(out: Path) -> tuple[list[float], float]:
     return [r["auc"] for r in epochs], epochs[-1]["truth_auc"]
 
 
+def truth_auc(test: Path) -> float:
+    """The AUC of the true click probabilities written beside `test`."""
+    from recrunner.train.metrics import auc
+
+    labels = np.loadtxt(test, delimiter="\t", usecols=0, dtype=np.float32)
+    return float(auc(labels, np.load(f"{test}.truth.npy")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     quiet.guard(parser)
@@ -168,7 +176,8 @@ def main() -> None:
                 vs.label_encoded_arrays(train, test, arrays)
                 peer = vs.run_deepctr("wide_deep", "documented", arrays, args.threads, False, [])
                 row = {"seed": seed, "model": "DeepCTR-Torch WDL", "auc": [peer["auc"]],
-                       "truth_auc": truth, "examples_per_sec": peer["examples_per_sec"]}
+                       "truth_auc": truth_auc(test),
+                       "examples_per_sec": peer["examples_per_sec"]}
                 results.append(row)
                 print(json.dumps(row), flush=True)
         summarize(results, args)
