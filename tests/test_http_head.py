@@ -54,8 +54,9 @@ def test_the_most_fields_allowed_and_a_head_cut_short() -> None:
 
 
 def test_request_lines() -> None:
-    assert request_line("POST /predict HTTP/1.1") == ("POST", "/predict", (1, 1))
-    assert request_line("GET //evil.example/x HTTP/1.0") == ("GET", "/evil.example/x", (1, 0))
+    assert request_line("POST /predict HTTP/1.1") == ("POST", "/predict", "HTTP/1.1", (1, 1))
+    assert request_line("GET //evil.example/x HTTP/1.0") == \
+        ("GET", "/evil.example/x", "HTTP/1.0", (1, 0))
     for line, status, words in (("GET / HTTP/2.0", 505, "not supported"),
                                 ("GET / HTTP/1", 400, "bad HTTP version"),
                                 ("GET / HTTP/1.x", 400, "bad HTTP version"),

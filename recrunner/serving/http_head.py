@@ -48,8 +48,8 @@ class Headers(Mapping[str, str]):
         return len(self._fields)
 
 
-def request_line(line: str) -> tuple[str, str, tuple[int, int]]:
-    """(method, target, (major, minor)) of a request line without its CRLF."""
+def request_line(line: str) -> tuple[str, str, str, tuple[int, int]]:
+    """(method, target, version, (major, minor)) of a request line without its CRLF."""
     words = line.split()
     if len(words) != 3:
         raise HeadError(400, f"bad request line {line[:100]!r}")
@@ -63,7 +63,7 @@ def request_line(line: str) -> tuple[str, str, tuple[int, int]]:
         raise HeadError(505, f"HTTP version {version[:40]} not supported (HTTP/1.1)")
     if target.startswith("//"):  # as the stdlib: clients read //x as a host (open redirects)
         target = "/" + target.lstrip("/")
-    return method, target, number
+    return method, target, version, number
 
 
 def read_fields(rfile: BufferedIOBase) -> Headers:

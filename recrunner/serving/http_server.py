@@ -132,8 +132,8 @@ class Handler(BaseHTTPRequestHandler):
         if not self.requestline.strip():
             return False
         try:
-            self.command, self.path, version = http_head.request_line(self.requestline)
-            self.request_version = self.requestline.split()[2]
+            self.command, self.path, self.request_version, version = \
+                http_head.request_line(self.requestline)
             self.headers = http_head.read_fields(self.rfile)  # type: ignore[assignment]
         except http_head.HeadError as exc:
             self.send_error(exc.status, exc.reason)
