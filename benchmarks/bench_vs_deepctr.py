@@ -141,14 +141,16 @@ def deepctr_worker(args: argparse.Namespace) -> None:
         return {**{f"s{k}": ids[:, k] for k in range(ids.shape[1])},
                 **{f"d{k}": dense_values[:, k] for k in range(num_dense)}}
 
-    x = inputs(train_ids, data["train_dense"])
-    start = time.perf_counter()
-    model.fit(x, data["train_label"], batch_size=batch_size, epochs=1, verbose=0)
-    seconds = time.perf_counter() - start
-    probs = model.predict(inputs(test_ids, data["test_dense"]), batch_size=8192)
-    print(json.dumps({"examples_per_sec": len(train_ids) / seconds,
-                      "auc": float(roc_auc_score(data["test_label"], probs.reshape(-1))),
-                      "class": cls_name}))
+    x, test_x = inputs(train_ids, data["train_dense"]), inputs(test_ids, data["test_dense"])
+    aucs, seconds = [], 0.0
+    for _ in range(args.epochs):  # fit continues with its optimizer's state: one epoch each
+        start = time.perf_counter()
+        model.fit(x, data["train_label"], batch_size=batch_size, epochs=1, verbose=0)
+        seconds += time.perf_counter() - start
+        probs = model.predict(test_x, batch_size=8192)
+        aucs.append(float(roc_auc_score(data["test_label"], probs.reshape(-1))))
+    print(json.dumps({"examples_per_sec": args.epochs * len(train_ids) / seconds,
+                      "auc": aucs[0], "epoch_aucs": aucs, "class": cls_name}))
 
 
 # ---------------------------------------------------------------- the driver
@@ -217,10 +219,11 @@ def run_recrunner(model: str, train: Path, test: Path, out: Path, threads: int,
 
 
 def run_deepctr(model: str, setup: str, arrays: Path, threads: int, flush_denormals: bool,
-                overrides: list[str]) -> dict[str, Any]:
+                overrides: list[str], epochs: int = 1) -> dict[str, Any]:
+    """One JSON result: `auc` after epoch 1, `epoch_aucs` after each of `epochs`."""
     env = {**os.environ, "PYTHONPATH": str(REPO), quiet.CHILD: "1"}
     cmd = [sys.executable, __file__, "--worker", "--models", model, "--arrays", str(arrays),
-           "--setup", setup, "--threads", str(threads),
+           "--setup", setup, "--threads", str(threads), "--epochs", str(epochs),
            *(["--flush-denormals"] if flush_denormals else []), *overrides]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
@@ -244,6 +247,7 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--setup", help=argparse.SUPPRESS)
     parser.add_argument("--arrays", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--epochs", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="config overrides for recrunner and the "
                         "shared-table variant, e.g. runner.batch_size=1024")
     args = parser.parse_args()
