@@ -108,3 +108,28 @@ def test_ps_mode_says_in_one_line_that_it_keeps_its_rates(
     for one_rate in (["mode=ps", "runner.epochs=1"], ["mode=local"]):
         check(load([*one_rate, "model=lr", *data_overrides(synth_data)]))
         assert said not in capsys.readouterr().err, one_rate
+
+
+@pytest.mark.parametrize("overrides, dense, tables", [
+    ([], 0.01, 0.1),  # the default schedule
+    (["runner.lr_decay=1"], 1.0, 1.0),
+    (["runner.online=true"], 1.0, 1.0),  # passes keep their rates
+])
+def test_the_engine_of_local_and_collective_trains_epoch_2_at_the_schedule(
+        synth_data: dict[str, str], overrides: list[str], dense: float, tables: float) -> None:
+    """mode=local and mode=collective train with DygraphEngine: its optimizer's epoch-2
+    rates are each part's rate times the configured schedule's factor."""
+    from recrunner.config.compose import load
+    from recrunner.data.reader import Shard
+    from recrunner.train.dygraph import DygraphEngine
+    from recrunner.train.group import LocalGroup
+    from recrunner.train.reading import Reader
+    from tests.conftest import SMALL_MODEL, data_overrides
+
+    cfg = load([*SMALL_MODEL, *data_overrides(synth_data), *overrides])
+    engine = DygraphEngine(cfg, LocalGroup(), Reader(cfg, Shard()))
+    engine.opt.start_epoch(2)
+    rates = {name: part.get_lr() if hasattr(part, "get_lr") else part.lr
+             for name, part in engine.opt.parts.items()}
+    rate = cfg.runner.learning_rate
+    assert rates == pytest.approx({"dense": dense * rate, "tables": tables * rate}, rel=1e-9)
