@@ -124,10 +124,11 @@ def epoch_aucs(out: Path) -> tuple[list[float], float]:
 
 def truth_auc(test: Path) -> float:
     """The AUC of the true click probabilities written beside `test`."""
+    from recrunner.data.synth import truth_path
     from recrunner.train.metrics import auc
 
     labels = np.loadtxt(test, delimiter="\t", usecols=0, dtype=np.float32)
-    return float(auc(labels, np.load(f"{test}.truth.npy")))
+    return float(auc(labels, np.load(truth_path(str(test)))))
 
 
 def main() -> None:
