@@ -91,6 +91,45 @@ def serve(keys: list[str], port: int, log: Path) -> subprocess.Popen:
     sys.exit("recrun serve did not become ready")
 
 
+def peak_rss_by_role(proc: subprocess.Popen, poll_s: float = 0.5) -> dict[str, float]:
+    """Poll `proc` and its descendants until it exits: the largest peak resident memory (MB,
+    VmHWM) of each role: the PS servers, the trainers, the export's process, the rest."""
+    peaks: dict[str, float] = {}
+    while proc.poll() is None:
+        for pid in descendants(proc.pid):
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue  # gone meanwhile
+            hwm = next((int(x.split()[1]) / 1024 for x in status.splitlines()
+                        if x.startswith("VmHWM:")), 0.0)
+            role = ("export" if b"recrunner.fleet.rebuild" in cmdline else
+                    "server" if b"ROLE=PSERVER" in environ else
+                    "trainer" if b"ROLE=TRAINER" in environ else "other")
+            peaks[role] = max(peaks.get(role, 0.0), hwm)
+        time.sleep(poll_s)
+    return {k: round(v) for k, v in sorted(peaks.items())}
+
+
+def descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -158,7 +197,8 @@ def passes(tmp: Path, opts: argparse.Namespace) -> None:
             print(json.dumps({
                 "bench": "sparse_version", "version": v, "kind": record["kind"],
                 "rows_changed": record["rows_changed"], "rows_live": record["rows_live"],
-                "table_bytes": record["files"]["table.npz"]["bytes"],
+                "table_bytes": sum(record["files"][name]["bytes"]
+                                   for name in record.get("table_files", ["table.npz"])),
                 "publish_s": round(time.time() - t, 2)}), flush=True)
         ports = {"redis": free_port(), "memory": free_port()}
         servers.append(serve(keys, ports["redis"], tmp / "kv.log"))
@@ -258,9 +298,15 @@ def scale(tmp: Path, opts: argparse.Namespace) -> None:
         data = days(tmp / "data", opts.rows_per_day, 1)
         rows, mode = 10_000_019, []
     t0 = time.time()
-    run("train", *mode, f"dataset.train={data}/day=*", "runner.online=true",
-        f"model.sparse_feature_number={rows}", f"runner.output_dir={out}",
-        f"dataset.test={DATA / 'test.txt'}")
+    with open(tmp / "train.log", "w") as log:
+        train = subprocess.Popen(
+            [*RECRUN, "train", *mode, f"dataset.train={data}/day=*", "runner.online=true",
+             f"model.sparse_feature_number={rows}", f"runner.output_dir={out}",
+             f"dataset.test={DATA / 'test.txt'}"], cwd=REPO, stdout=log, stderr=log)
+        peaks = peak_rss_by_role(train)
+    if train.returncode != 0:
+        sys.exit(f"recrun train exited {train.returncode}: "
+                 f"{(tmp / 'train.log').read_text()[-2000:]}")
     trained = time.time() - t0
     live = versions.read_manifest(out, 1)["rows_live"]
     procs, nodes = redis_nodes(2)
@@ -285,6 +331,7 @@ def scale(tmp: Path, opts: argparse.Namespace) -> None:
             "bench": "sparse_scale", "mode": opts.mode, "table_rows": rows,
             "rows_live": live, "table_mb": round(table_mb),
             "train_s": round(trained, 1), "publish_s": round(published, 1),
+            "train_peak_rss_mb": peaks,
             "rss_mb_redis_backed": round(rss_mb(servers[0].pid)),
             "rss_mb_in_memory": round(rss_mb(servers[1].pid)),
             "redis_node_rss_mb": [round(rss_mb(p.pid)) for p in procs],

@@ -37,19 +37,22 @@ def batch_losses(log: Path, since: str = "") -> list[float]:
 
 
 def checkpoint_loss(run: Path, epoch: int, rank: int, overrides: list[str]) -> float:
-    """The loss of checkpoint `epoch`'s model (its model.pdparams in mode=local's Net) on
+    """The loss of checkpoint `epoch`'s model (its model.pdparams and the servers' saved table,
+    in mode=local's Net) on
     trainer `rank`'s first batch of a PS run, the first rows of its MultiSlot shard: the
     first loss that trainer prints when it resumes from that checkpoint."""
     import paddle
     import paddle.nn.functional as F
 
     from recrunner.config.compose import load
+    from recrunner.fleet.ps_saved import complete_state
     from recrunner.train import checkpoint
     from recrunner.train.build import build_net
 
     cfg = load(overrides)
     net = build_net(cfg)
-    net.set_state_dict(checkpoint.load(checkpoint.at_epoch(run, epoch))[0])
+    ckpt = checkpoint.at_epoch(run, epoch)
+    net.set_state_dict(complete_state(checkpoint.load(ckpt)[0], ckpt, net))
     net.eval()
     shard = run / "dist" / "slots" / f"train-{rank}-of-{cfg.mode.trainers}"
     first = json.loads((shard / "manifest.json").read_text())["files"][0]

@@ -110,6 +110,7 @@ def test_checkpoint_export_and_server_give_the_trained_model(
         runs: Any, matrix_data: dict[str, str], model: str, mode: str) -> None:
     from recrunner.config.compose import load
     from recrunner.data.reader import Shard
+    from recrunner.fleet.ps_saved import complete_state
     from recrunner.serving.engine import load_engine
     from recrunner.train import checkpoint
     from recrunner.train.build import build_net, net_predictor
@@ -124,7 +125,8 @@ def test_checkpoint_export_and_server_give_the_trained_model(
     net = build_net(cfg)
     latest = checkpoint.latest(run)
     assert latest is not None
-    net.set_state_dict(checkpoint.load(latest)[0])
+    # mode=ps (async): the dense parameters, and the table as the servers saved it beside
+    net.set_state_dict(complete_state(checkpoint.load(latest)[0], latest, net))
     net.eval()
     labels, probs = reader.predict(cfg.dataset.test, 4096, net_predictor(net))
     np.testing.assert_array_equal(labels, trained["label"])

@@ -14,6 +14,8 @@ import pytest
 
 from recrunner.config.compose import load
 from recrunner.errors import RecrunnerError
+from recrunner.fleet import ps_saved
+from recrunner.fleet.ps_saved import complete_state
 from recrunner.manifest import ManifestError
 from recrunner.online import versions
 from recrunner.train import checkpoint
@@ -54,10 +56,46 @@ def checkpoint_auc(run: Path, epoch: int, spec: str, overrides: list[str]) -> fl
     cfg = load(overrides)
     import_paddle(1)
     net = build_net(cfg)
-    net.set_state_dict(checkpoint.load(checkpoint.at_epoch(run, epoch))[0])
+    ckpt = checkpoint.at_epoch(run, epoch)
+    net.set_state_dict(complete_state(checkpoint.load(ckpt)[0], ckpt, net))
     net.eval()
     labels, probs = Reader(cfg, Shard(), keep=False).predict(spec, 8192, net_predictor(net))
     return auc(labels, probs)
+
+
+def delta_rows(run: Path, version: int, table: str = "embedding.weight"
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The rows version `version` itself holds, and their values."""
+    blocks = list(versions.blocks(run, version))
+    return np.concatenate([r for r, _ in blocks]), np.concatenate([b[table] for _, b in blocks])
+
+
+def version_probs(run: Path, version: int, test: str) -> np.ndarray:
+    """Click probabilities on `test` of a Net holding version `version` (its tables rebuilt
+    from the base and deltas)."""
+    from recrunner.data.reader import Shard
+    from recrunner.runtime import import_paddle
+    from recrunner.train.build import build_net, net_predictor
+    from recrunner.train.reading import Reader
+
+    cfg = load([*TRAIN, f"dataset.train={test}"])
+    import_paddle(1)
+    net = build_net(cfg)
+    tables, dense, _ = versions.load(run, version)
+    net.set_state_dict({**dense, **tables})
+    net.eval()
+    return Reader(cfg, Shard(), keep=False).predict(test, 8192, net_predictor(net))[1]
+
+
+def export_probs(export_dir: Path, test: str) -> np.ndarray:
+    from recrunner.data.reader import Shard
+    from recrunner.export import load_export
+    from recrunner.train.reading import Reader
+
+    model = load_export(export_dir)
+    cfg = load([*TRAIN, f"dataset.train={test}"])
+    return Reader(cfg, Shard(), keep=False).predict(
+        test, 8192, lambda b: model.predict_batch(b.dense, b.sparse))[1]
 
 
 def metrics(run: Path) -> list[dict]:
@@ -124,7 +162,8 @@ def test_three_passes_make_the_one_files_model_and_their_versions(
         np.testing.assert_allclose(warm[key], passes[key], atol=1e-5, err_msg=key)
 
     # A damaged version is refused by its checksum, naming the file.
-    damaged = versions.folder(online, 1) / versions.TABLE
+    damaged = versions.folder(online, 1) / versions.table_files(
+        versions.read_manifest(online, 1))[0]
     damaged.write_bytes(damaged.read_bytes()[:-10])
     with pytest.raises(ManifestError, match=f"{damaged}: .* bytes"):
         versions.load(online, 2)
@@ -209,20 +248,66 @@ def test_init_from_without_a_checkpoint_is_one_line(small_synth: dict[str, str],
     assert "runner.init_from=" in proc.stderr and "no checkpoint" in proc.stderr
 
 
+def write_versions(out: Path, tables: list[np.ndarray], base_every: int) -> None:
+    """Versions 1..n of `tables` (one table, as the driver writes them: each delta the rows
+    that differ from the version before)."""
+    live, previous = None, tables[0]
+    for v, table in enumerate(tables, 1):
+        base = versions.is_base(v, base_every, live is not None)
+        changed = None if base else versions.changed_rows({"t": table}, {"t": previous})
+        _, live = versions.write(out, v, {"fc.weight": np.ones((4, 1))}, {"t": list(table.shape)},
+                                 versions.array_blocks({"t": table}), base, live, changed, {})
+        previous = table
+
+
 def test_pruning_drops_what_no_kept_version_needs(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    state = {"embedding.weight": rng.normal(size=(50, 4)), "fc.weight": rng.normal(size=(4, 1))}
-    previous = None
-    for v in range(1, 6):  # bases at 1, 3, 5 (base_every=2)
-        state["embedding.weight"][rng.integers(0, 50, 5)] += 1.0
-        versions.write(tmp_path, v, state, 50, previous, 2, {})
-        previous = {"embedding.weight": state["embedding.weight"].copy()}
-        if v == 4:
-            # keep 1: version 4 is a delta on base 3: both stay, 1 and 2 go.
-            assert versions.prune(tmp_path, 1) == [1, 2] and versions.existing(tmp_path) == [3, 4]
-    assert versions.prune(tmp_path, 1) == [3, 4] and versions.existing(tmp_path) == [5]
-    np.testing.assert_array_equal(versions.load(tmp_path, 5)[0]["embedding.weight"],
-                                  state["embedding.weight"])
+    table = rng.normal(size=(50, 4)).astype(np.float32)
+    states = []
+    for _ in range(1, 6):  # bases at 1, 3, 5 (base_every=2)
+        table = table.copy()
+        table[rng.integers(0, 50, 5)] += 1.0
+        states.append(table)
+    write_versions(tmp_path, states[:4], 2)
+    # keep 1: version 4 is a delta on base 3: both stay, 1 and 2 go.
+    assert versions.prune(tmp_path, 1) == [1, 2] and versions.existing(tmp_path) == [3, 4]
+    write_versions(tmp_path / "all", states, 2)
+    assert versions.prune(tmp_path / "all", 1) == [1, 2, 3, 4]
+    assert versions.existing(tmp_path / "all") == [5]
+    np.testing.assert_array_equal(versions.load(tmp_path / "all", 5)[0]["t"], states[4])
+
+
+def test_versions_are_written_in_blocks_and_a_base_carries_the_rows_deleted_since_its_parent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table of more rows than BLOCK_ROWS goes into several files, none holding more; a base
+    holds the live rows only, plus the rows deleted since version n-1 (zero rows: a reader of
+    the store that applies it over older versions must see them gone)."""
+    monkeypatch.setattr(versions, "BLOCK_ROWS", 16)
+    rng = np.random.default_rng(1)
+    first = rng.normal(size=(50, 3)).astype(np.float32)
+    first[40:] = 0  # rows never written
+    second = first.copy()
+    second[[3, 7]] = 0  # evicted
+    second[[1, 2]] += 1
+    third = second.copy()
+    third[45] = 1.0  # a new row
+    write_versions(tmp_path, [first, second, third], 1)  # every version a base
+    for v, table in enumerate([first, second, third], 1):
+        record = versions.read_manifest(tmp_path, v)
+        assert record["kind"] == "base" and len(record["table_files"]) == -(-record[
+            "rows_changed"] // 16) > 1
+        blocks = list(versions.blocks(tmp_path, v))
+        assert all(len(rows) <= 16 for rows, _ in blocks)
+        rows = np.concatenate([r for r, _ in blocks])
+        values = np.concatenate([b["t"] for _, b in blocks])
+        live = table.any(axis=1)
+        assert record["rows_live"] == int(live.sum())
+        # the live rows with their values, and zero rows for those deleted since v-1 only
+        deleted = set() if v == 1 else {3, 7} if v == 2 else set()
+        assert set(rows[values.any(axis=1)].tolist()) == set(np.flatnonzero(live).tolist())
+        assert set(rows[~values.any(axis=1)].tolist()) == deleted
+        np.testing.assert_array_equal(versions.load(tmp_path, v)[0]["t"], table)
+        np.testing.assert_array_equal(versions.live_mask(tmp_path, v), live)
 
 
 def test_rows_unseen_for_n_passes_are_evicted_and_travel_as_deletions(
@@ -252,9 +337,8 @@ def test_rows_unseen_for_n_passes_are_evicted_and_travel_as_deletions(
     moments = [np.asarray(v) for k, v in opt["tables"].items() if "moment" in k]
     assert len(moments) == 2 and not any(m[untouched].any() for m in moments)
     # The delta of version 3 carries them as zero rows (published as deletions)
-    with np.load(versions.folder(run, 3) / versions.TABLE) as delta:
-        rows = delta[versions.ROWS]
-        zero = ~delta["embedding.weight"].any(axis=1)
+    rows, delta = delta_rows(run, 3)
+    zero = ~delta.any(axis=1)
     assert set(np.flatnonzero(untouched)) <= set(rows[zero])
 
 
@@ -289,26 +373,36 @@ def test_ps_passes_version_the_servers_delta_and_evict_with_their_shrink(
     ckpt = {v: {k: np.asarray(x) for k, x in
                 checkpoint.load(checkpoint.at_epoch(run, v))[0].items()} for v in (1, 2, 3)}
     table = "embedding.weight"
+    shape = versions.read_manifest(run, 1)["tables"][table]
+    # No process read the table back: the checkpoints hold the dense parameters, the servers
+    # their own files (what each pass ended with), which the versions must rebuild.
+    servers = {}
+    for v in (1, 2, 3):
+        assert table not in ckpt[v]
+        servers[v] = np.zeros(shape, np.float32)
+        ps_saved.fill(servers[v], run / "checkpoints" / f"{v}.ps" / "000")
     for v in (1, 2, 3):
         tables, dense, record = versions.load(run, v)
-        # What the servers held after the pass (read back by the checkpoint), rebuilt
-        np.testing.assert_array_equal(tables[table], ckpt[v][table])
+        np.testing.assert_array_equal(tables[table], servers[v])
+        assert dense.keys() == ckpt[v].keys()
         for name, value in dense.items():
             np.testing.assert_array_equal(value, ckpt[v][name])
-        live = int(ckpt[v][table].any(axis=1).sum())
+        live = int(servers[v].any(axis=1).sum())
         assert lines[v - 1]["table_rows_live"] == record["rows_live"] == live
     for v in (2, 3):
-        with np.load(versions.folder(run, v) / versions.TABLE) as delta:
-            saved = set(delta[versions.ROWS].tolist())
-        differ = np.flatnonzero((ckpt[v][table] != ckpt[v - 1][table]).any(axis=1))
+        saved = set(delta_rows(run, v)[0].tolist())
+        differ = np.flatnonzero((servers[v] != servers[v - 1]).any(axis=1))
         # The servers' delta: the rows that changed, and no others
         assert saved == set(differ.tolist())
-        gone = ckpt[v - 1][table].any(axis=1) & ~ckpt[v][table].any(axis=1)
+        gone = servers[v - 1].any(axis=1) & ~servers[v].any(axis=1)
         # Evicted after one pass unseen: the rows of pass v-1 that pass v did not push
         assert lines[v - 1]["rows_evicted"] == int(gone.sum()) > 0
         seen = versions.load_extra(run, v, "seen")
         assert seen is not None
-        np.testing.assert_array_equal(gone, ckpt[v - 1][table].any(axis=1) & (seen < v))
+        np.testing.assert_array_equal(gone, servers[v - 1].any(axis=1) & (seen < v))
+    # The export (written by its own process from the same files) is version 3's model.
+    np.testing.assert_allclose(export_probs(run / "export", small_synth["test"]),
+                               version_probs(run, 3, small_synth["test"]), atol=1e-6)
 
     # A warm start from the job (relative path, as a user types it): the servers load its last
     # checkpoint (the job checks what they hold against it), and the new run scores its first

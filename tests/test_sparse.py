@@ -322,7 +322,7 @@ def test_a_truncated_version_is_refused_by_its_checksum(
         online_run: dict[str, Path], nodes: list[RedisNode], tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(online_run["run"] / "versions", run / "versions")
-    table = run / "versions" / "2" / "table.npz"
+    table = run / "versions" / "2" / "table-00000.npz"
     table.write_bytes(table.read_bytes()[:-100])
     keys = sparse_keys(nodes)
     assert publish(keys, run, "--version=1").returncode == 0

@@ -51,6 +51,7 @@ def run(cfg: RootConfig, args: argparse.Namespace) -> int:
 
 
 def _checkpoint_predictor(cfg: RootConfig, path: Path) -> Callable[[Batch], np.ndarray]:
+    from recrunner.fleet.ps_saved import complete_state
     from recrunner.runtime import import_paddle
     from recrunner.train import checkpoint
     from recrunner.train.build import build_net, load_net_state, net_predictor
@@ -59,7 +60,8 @@ def _checkpoint_predictor(cfg: RootConfig, path: Path) -> Callable[[Batch], np.n
         raise RecrunnerError(f"{path} is not a complete checkpoint (no {checkpoint.STATE_FILE})")
     import_paddle(cfg.runner.threads)
     net = build_net(cfg)
-    model_state, _ = checkpoint.load(checkpoint.at_path(path))  # verified: checksums
-    load_net_state(net, model_state, f"checkpoint {path}")
+    ckpt = checkpoint.at_path(path)
+    model_state, _ = checkpoint.load(ckpt)  # verified: checksums
+    load_net_state(net, complete_state(model_state, ckpt, net), f"checkpoint {path}")
     net.eval()
     return net_predictor(net)

@@ -110,7 +110,7 @@ class MasterEngine(PsEngine):
                                       "rows_trained": self.rows_trained}
             return state
         # Within the epoch: hold the claims, let the tasks in flight finish, save the servers'
-        # tables and the dense parameters (not the whole table read back: the trainers wait).
+        # tables and the dense parameters (the trainers wait).
         start = time.perf_counter()
         self.queue.pause(True)
         try:
@@ -121,8 +121,7 @@ class MasterEngine(PsEngine):
             # the driver heard of (MidEpoch adds those to the checkpoint's counts).
             before = self.position, self.epoch_rows
             self.count(done)
-            state = self.save_state(checkpoint_root, f"{epoch}.{self.position}.ps",
-                                    with_table=False)
+            state = self.save_state(checkpoint_root, f"{epoch}.{self.position}.ps")
         finally:
             self.queue.pause(False)
         log.info("mid-epoch checkpoint: %d tasks done; the trainers were held %.1f s (%.1f s "

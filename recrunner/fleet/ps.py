@@ -25,6 +25,7 @@ from recrunner import atomic, faults
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.reader import unshard
+from recrunner.fleet import ps_saved
 from recrunner.fleet.geo import TABLE_KEY, load_geo_copies
 from recrunner.fleet.ps_tables import (
     SAVE_ALL,
@@ -52,6 +53,7 @@ INFER_PREFIX = "infer_"  # ids per lookup when reading the whole table back
 # A restored parameter against the checkpoint's, relative: the servers' table files are text
 # with 6 significant digits (measured: up to 5.0e-6).
 RESTORE_RTOL = 1e-5
+SAMPLE_ROWS = 64  # rows a saved file, checked after a restore
 
 
 def check_sync_mode(cfg: RootConfig) -> None:
@@ -365,19 +367,27 @@ class PsEngine:
         pass
 
     # --- the model as a dygraph Net ----------------------------------------------------
-    def table_values(self) -> np.ndarray:
-        """The whole id table as the trainers see it (pulled from the servers)."""
-        n, width = table_rows(self.cfg), self.inputs.sparse_width
-        rows = []
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """Rows `ids` of the id table as the trainers see them (pulled from the servers; geo:
+        this trainer's copy)."""
+        width = self.inputs.sparse_width
         per_batch = max(1, IDS_CHUNK // width)
         zeros = np.zeros((per_batch, self.inputs.num_dense), np.float32)
-        for start in range(0, n, per_batch * width):
-            ids = np.arange(start, min(start + per_batch * width, n), dtype=np.int64)
-            pad = (-len(ids)) % width
-            padded = np.concatenate([ids, np.zeros(pad, np.int64)]).reshape(-1, width)
+        rows = [np.empty((0, self.table_shape()[1]), np.float32)]
+        for start in range(0, len(ids), per_batch * width):
+            part = np.asarray(ids[start:start + per_batch * width], np.int64)
+            pad = (-len(part)) % width
+            padded = np.concatenate([part, np.zeros(pad, np.int64)]).reshape(-1, width)
             out = self.infer(self.g.table.output, zeros[:len(padded)], padded)
-            rows.append(out.reshape(-1, out.shape[-1])[: len(ids)])  # geo's lookup: [N, 1, w]
+            rows.append(out.reshape(-1, out.shape[-1])[: len(part)])  # geo's lookup: [N, 1, w]
         return np.concatenate(rows)
+
+    def table_shape(self) -> tuple[int, int]:
+        return table_rows(self.cfg), table_width(self.cfg)
+
+    def table_values(self) -> np.ndarray:
+        """The whole id table as this trainer sees it (geo: its own copy)."""
+        return self.lookup(np.arange(table_rows(self.cfg), dtype=np.int64))
 
     def dense_state(self) -> dict[str, np.ndarray]:
         scope = self.paddle.static.global_scope()
@@ -394,11 +404,13 @@ class PsEngine:
         checkpoint as <epoch>.ps/; the checkpoint holds the Net (for eval and export)."""
         return self.save_state(checkpoint_root, f"{epoch}.ps")
 
-    def save_state(self, checkpoint_root: Path, name: str, with_table: bool = True
-                   ) -> ModelState:
-        """state(), the servers' tables saved as <checkpoint_root>/<name>; `with_table`: the
-        checkpoint's Net holds the id table read back too (else its dense parameters only:
-        enough to check a restore, and no whole-table read)."""
+    def save_state(self, checkpoint_root: Path, name: str) -> ModelState:
+        """state(), the servers' tables saved as <checkpoint_root>/<name>. The checkpoint's
+        Net holds the dense parameters; the id table is the servers' files, which the export
+        (recrunner.fleet.rebuild) and the versions (recrunner.online.tables) read a block at
+        a time: no trainer reads the whole table back. Geo's holds the writer's copy of the
+        table too (its trainers hold whole copies anyway, and resume from it:
+        fleet.geo.load_geo_copies)."""
         ps_dir = checkpoint_root / name
         # Saved aside, then put in place whole by the writer (atomic.adopt_dir): a server or
         # trainer killed mid-save leaves no half table under a checkpoint's name.
@@ -415,7 +427,7 @@ class PsEngine:
         # numpy arrays: paddle.load gives them back and Net.set_state_dict takes them. Rows no
         # batch has touched are not on the servers: they read back as zeros, saved or resumed.
         net: dict[str, np.ndarray] = {}
-        if self.group.is_writer and with_table:
+        if self.group.is_writer and self.copies_differ:
             net = self.net_state()
         elif self.group.is_writer:
             self.begin_eval()
@@ -447,8 +459,20 @@ class PsEngine:
         self.pull_dense()
         # One trainer reads the servers back; the others wait: their pushes would move them.
         if self.group.is_writer:
-            check_restored(ckpt, state.net, self.net_state())
+            self.check_servers_hold(ckpt, ps_dir, state.net)
         self.group.barrier()
+
+    def check_servers_hold(self, ckpt: Checkpoint, ps_dir: Path, saved: dict[str, Any]) -> None:
+        """Fail unless the servers hold what `ckpt` saved: the dense parameters of its
+        model.pdparams, and a sample of the table's saved rows (SAMPLE_ROWS from the start of
+        every saved file: a table that failed to load, or one shard of it, reads back as
+        zeros or fresh values)."""
+        self.begin_eval()
+        dense = {k: v for k, v in saved.items() if k != TABLE_KEY}
+        ids, rows = ps_saved.sample(ps_dir / f"{TABLE_ID:03d}", self.table_shape()[1],
+                                    SAMPLE_ROWS)
+        check_restored(ckpt, {**dense, TABLE_KEY: rows},
+                       {**self.dense_state(), TABLE_KEY: self.lookup(ids)})
 
     # --- online passes (recrunner.online.tables) ---------------------------------------
     def save_scratch(self, mode: int) -> np.ndarray:
@@ -459,7 +483,7 @@ class PsEngine:
             atomic.remove(scratch)
         self.group.barrier()
         self.fleet.save_one_table(TABLE_ID, str(scratch), mode)  # barriers inside
-        rows = saved_ids(scratch / f"{TABLE_ID:03d}") if self.group.is_writer else \
+        rows = ps_saved.ids(scratch / f"{TABLE_ID:03d}") if self.group.is_writer else \
             np.empty(0, np.int64)
         self.group.barrier()
         if self.group.is_writer:
@@ -487,21 +511,6 @@ class PsEngine:
         atomic.write_text(dist / rebuild.EXTRA, json.dumps(extra), "config")
         rebuild.rebuild_in_subprocess(self.out, ckpt.path / MODEL_FILE, self.cfg.mode.timeout_s)
         return export_dir
-
-
-def saved_ids(table_dir: Path) -> np.ndarray:
-    """The ids in the servers' saved shards of a table (text lines `<id> <values...>`,
-    gzip-compressed or not)."""
-    import gzip
-
-    ids: list[int] = []
-    for part in sorted(table_dir.glob("part-*")):
-        with open(part, "rb") as fh:
-            gz = fh.read(2) == b"\x1f\x8b"
-        opener: Any = gzip.open if gz else open
-        with opener(part, "rb") as fh:
-            ids.extend(int(line.split(maxsplit=1)[0]) for line in fh if line.strip())
-    return np.asarray(ids, np.int64)
 
 
 def stable_name(spec: str) -> str:

@@ -35,10 +35,10 @@ class OnlineDriver(RunDriver):
         self.stop = threading.Event()
         self.rows = int(self.cfg.model.sparse_feature_number)
         self.tables = tables.for_engine(self.engine, self.rows)
-        self.previous_tables: versions.Arrays | None = None  # version n-1's
+        self.live: tuple[int, np.ndarray] | None = None  # (version, its live rows)
         self.seen: np.ndarray | None = None  # each table row's last pass seen (eviction)
-        self.changed: np.ndarray | None = None  # the pass's rows for an exact delta
-        self.expected_live: int | None = None  # mode=ps: the live rows eviction leaves
+        self.changed: np.ndarray | None = None  # the pass's changed rows, for its delta
+        self.expected_live: int | None = None  # the live rows eviction leaves
 
     # --- one pass ------------------------------------------------------------------------
     def train_pass(self, part: str) -> dict[str, Any]:
@@ -46,13 +46,11 @@ class OnlineDriver(RunDriver):
         where = {"pass": n, "partition": part}
         self.record({**self.evaluate(part), **where}, trigger="progressive")
         self.cfg.dataset.train = part  # what the engine reads
-        if self.evict_after or self.tables.exact_delta:
-            self.tables.begin(self.previous(n) if self.group.is_writer else None)
+        self.tables.begin()
         self.train_epoch()
-        if self.evict_after or self.tables.exact_delta:
-            self.changed = self.tables.changed()
-            if self.evict_after:
-                where.update(self.evict(n, self.changed))
+        self.changed = self.tables.changed()
+        if self.evict_after:
+            where.update(self.evict(n, self.changed))
         metrics = {**self.evaluate(), **where}
         self.progress.improved(metrics["auc"])
         self.record(metrics, trigger="pass")
@@ -61,11 +59,15 @@ class OnlineDriver(RunDriver):
             self.write_version(n, metrics)
         return metrics
 
-    def previous(self, n: int) -> versions.Arrays | None:
-        """Version n-1's tables: held since it was written, or read back (a resumed run)."""
-        if self.previous_tables is None and n > 1 and n - 1 in versions.existing(self.out):
-            self.previous_tables = versions.load(self.out, n - 1)[0]
-        return self.previous_tables
+    def live_before(self, n: int) -> np.ndarray | None:
+        """Version n-1's live rows: kept since it was written, or read back (a resumed run);
+        None without a version n-1."""
+        if self.live is not None and self.live[0] == n - 1:
+            return self.live[1]
+        if n > 1 and n - 1 in versions.existing(self.out):
+            self.live = n - 1, versions.live_mask(self.out, n - 1)
+            return self.live[1]
+        return None
 
     # --- table hygiene (model.evict_after_passes) ------------------------------------------
     @property
@@ -83,62 +85,58 @@ class OnlineDriver(RunDriver):
                 kept = versions.load_extra(self.out, done, evict.SEEN) if done else None
                 self.seen = kept if kept is not None else np.zeros(self.rows, np.int32)
             self.seen[changed] = n
-            if self.tables.exact_delta:  # the rows on the servers: version n-1's and new ones
-                previous = self.previous(n)
-                alive = np.zeros(self.rows, bool) if previous is None else \
-                    versions.live_rows(previous)
-                alive[changed] = True
-            else:
-                alive = versions.live_rows(self.tables_now())
+
+            def before() -> np.ndarray:
+                found = self.live_before(n)
+                return found if found is not None else np.zeros(self.rows, bool)
+
+            alive = self.tables.live_now(changed, before)
             gone = evict.to_evict(self.seen, n, self.evict_after, alive)
             live = int(alive.sum()) - len(gone)
-            self.changed = np.union1d(changed, gone)
             self.expected_live = live
             log.info("pass %d: %d table rows evicted (unseen for %d passes), %d live", n,
                      len(gone), self.evict_after, live)
         self.tables.evict(gone)
         return {"rows_evicted": int(len(gone)), "table_rows_live": live}
 
-    def tables_now(self) -> versions.Arrays:
-        assert isinstance(self.tables, tables.DygraphTables)
-        return self.tables.now()
-
     def write_version(self, n: int, metrics: dict[str, Any]) -> None:
         cfg = self.cfg.runner
-        previous = self.previous(n)
         # The export first: the version's served graph is converted from it.
         self.exported_epoch = n
         export_dir = self.out / "export"
         ckpt = checkpoint.at_epoch(self.out, n)
         self.engine.export(export_dir, {"metrics": metrics, **self.export_extra(),
                                         "trained_by": f"mode={self.cfg.mode.name}"}, ckpt)
-        arrays = {k: np.asarray(v) for k, v in checkpoint.load(ckpt)[0].items()}
-        now = versions.split(arrays, self.rows)[0]
-        changed = self.changed if self.tables.exact_delta else None
-        if changed is not None and self.expected_live is not None:
-            self.check_eviction(n, now)
-        record = versions.write(self.out, n, arrays, self.rows, previous, cfg.base_every,
-                                {"partition": str(self.cfg.dataset.train),
-                                 "auc": metrics.get("auc"),
-                                 "rows_evicted": metrics.get("rows_evicted", 0)}, export_dir,
-                                {evict.SEEN: self.seen} if self.seen is not None else None,
-                                changed)
-        self.previous_tables = {k: v.copy() for k, v in now.items()}
+        state = {k: np.asarray(v) for k, v in checkpoint.load(ckpt)[0].items()}
+        dense, shapes, blocks = self.tables.saved(ckpt, state)
+        del state
+        before = self.live_before(n)
+        # A delta needs version n-1 and the pass's changes (unknown to a run resumed between
+        # a pass's checkpoint and its version: a base then).
+        base = versions.is_base(n, cfg.base_every, before is not None and
+                                self.changed is not None)
+        record, live = versions.write(
+            self.out, n, dense, shapes, blocks, base, before, None if base else self.changed,
+            {"partition": str(self.cfg.dataset.train), "auc": metrics.get("auc"),
+             "rows_evicted": metrics.get("rows_evicted", 0)}, export_dir,
+            {evict.SEEN: self.seen} if self.seen is not None else None,
+            lambda rows: self.check_eviction(n, rows))
+        self.live = n, live
         self.changed, self.expected_live = None, None
         dropped = versions.prune(self.out, cfg.keep_versions)
-        log.info("version %d (%s, %d of %d rows)%s", n, record["kind"],
-                 record["rows_changed"], record["table_rows"],
+        log.info("version %d (%s, %d rows written, %d of %d live)%s", n, record["kind"],
+                 record["rows_changed"], record["rows_live"], record["table_rows"],
                  f"; pruned {dropped}" if dropped else "")
 
-    def check_eviction(self, n: int, now: versions.Arrays) -> None:
-        """mode=ps: the servers' shrink must have left the rows the driver's record says
-        (else the version's delta would not rebuild the servers' tables)."""
-        live = int(versions.live_rows(now).sum())
-        if live != self.expected_live:
-            raise RecrunnerError(f"pass {n}: the parameter servers hold {live} table rows "
-                                 f"after their shrink, the pass's record says "
-                                 f"{self.expected_live}: model.evict_after_passes and the "
-                                 "servers' delete_after_unseen_days disagree")
+    def check_eviction(self, n: int, live: int) -> None:
+        """The tables must hold the rows the driver's record says (in mode=ps: the servers'
+        shrink must have deleted exactly those, else the version's delta would not rebuild
+        the servers' tables)."""
+        if self.expected_live is not None and live != self.expected_live:
+            raise RecrunnerError(f"pass {n}: the tables hold {live} live rows after "
+                                 f"eviction, the pass's record says {self.expected_live}: "
+                                 "model.evict_after_passes and the parameter servers' "
+                                 "delete_after_unseen_days disagree")
 
     def export_extra(self) -> dict[str, Any]:
         return {"version": self.exported_epoch}

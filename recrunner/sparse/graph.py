@@ -10,9 +10,35 @@ from typing import Any
 
 import numpy as np
 
+from recrunner import atomic
 from recrunner.errors import RecrunnerError
 
 Arrays = dict[str, np.ndarray]
+# Written next to an online run's export by the process that holds its tables (the export's
+# own; in mode=ps the rebuild subprocess), for the version writer to copy: the writer never
+# holds the tables. Not vouched for by export.json, like the ONNX file it is converted from.
+SERVED_GRAPH, SERVED_ERROR = "served_graph.onnx", "served_graph.error"
+
+
+def write_served_graph(export_dir: Path, tables: Arrays) -> None:
+    """dense_graph() of the export just written, as <export_dir>/SERVED_GRAPH; or, when it
+    cannot be converted, the reason as SERVED_ERROR (the version then says so)."""
+    try:
+        graph = dense_graph(export_dir, tables)
+    except Exception as exc:  # paddle2onnx cannot convert every graph: no sparse serving then
+        reason = " ".join(str(exc).split())[:300]
+        atomic.write_text(export_dir / SERVED_ERROR, reason, "served graph")
+        return
+    atomic.write_bytes(export_dir / SERVED_GRAPH, graph, "served graph")
+
+
+def served_graph(export_dir: Path) -> tuple[Path | None, str]:
+    """(the served graph written with the export, None) or (None, why there is none)."""
+    if (export_dir / SERVED_GRAPH).is_file():
+        return export_dir / SERVED_GRAPH, ""
+    if (export_dir / SERVED_ERROR).is_file():
+        return None, (export_dir / SERVED_ERROR).read_text()
+    return None, "the export was written without its served graph"
 
 
 def dense_graph(export_dir: Path, tables: Arrays) -> bytes:
@@ -68,3 +94,14 @@ def _table_constant(node: Any, rows: set[int]) -> Any:
         if attr.name == "value" and len(attr.t.dims) == 2 and attr.t.dims[0] in rows:
             return attr.t
     return None
+
+
+def write_for_versions(online: bool, net: Any, export_dir: Path, table_rows: int) -> None:
+    """After an online run's export of the dygraph `net`: its served graph (the versions copy
+    it). Other runs write no version: nothing."""
+    if not online:
+        return
+    from recrunner.online.versions import split
+
+    state = {k: np.asarray(v.numpy()) for k, v in net.state_dict().items()}
+    write_served_graph(export_dir, split(state, table_rows)[0])

@@ -48,10 +48,7 @@ class Publisher:
 
     def chain(self, version: int) -> list[int]:
         """`version` and the versions it needs, oldest (its base) first."""
-        out = [version]
-        while (m := versions.read_manifest(self.run_dir, out[-1]))["kind"] != "base":
-            out.append(int(m["parent"]))
-        return out[::-1]
+        return versions.chain(self.run_dir, version)
 
     def newest(self) -> int | None:
         found = versions.existing(self.run_dir)
@@ -73,34 +70,41 @@ class Publisher:
         if not todo:
             return False
         manifest.check(folder, files, folder / versions.MANIFEST)  # refuse a corrupt version
-        with np.load(folder / versions.TABLE) as data:
-            rows = data[versions.ROWS].astype(np.int64)
-            names = sorted(k for k in data.files if k != versions.ROWS)
-            values = np.concatenate([data[k].astype(np.float32).reshape(len(rows), -1)
-                                     for k in names], axis=1)
+        names = sorted(record["tables"])
         layout = [[k, int(record["tables"][k][1])] for k in names]
-        deleted = np.asarray(~values.any(axis=1))  # evicted rows: a deletion, not zeros
         fields: dict[str, Any] = {
             "graph": (folder / versions.GRAPH).read_bytes(),
             "meta": (folder / "export.json").read_bytes(),
             "probe": (folder / "probe.npz").read_bytes(),
             "manifest": json.dumps(record), "layout": json.dumps(layout),
-            "kind": record["kind"]}
+            "kind": record["kind"], "base": int(record["base"])}
         count = len(self.store.shards)
+        written: dict[int, list[np.ndarray]] = {n.shard: [] for n in todo}
+        rows_total = 0
         t0 = time.perf_counter()
+        # A block at a time (a base of a large table is larger than the publisher's memory).
+        for rows, data in versions.blocks(self.run_dir, version, check=False):
+            values = np.concatenate([data[k].astype(np.float32).reshape(len(rows), -1)
+                                     for k in names], axis=1)
+            deleted = np.asarray(~values.any(axis=1))  # evicted rows: a deletion, not zeros
+            rows_total += len(rows)
+            for node in todo:
+                mine = rows % count == node.shard
+                self.write_node(node, version, rows[mine], values[mine], deleted[mine])
+                if node.replica == 0:
+                    written[node.shard].append(rows[mine])
         for node in todo:
-            mine = rows % count == node.shard
-            self.write_node(node, version, rows[mine], values[mine], deleted[mine])
             shard_fields = dict(fields)
-            if record["kind"] == "delta":
-                shard_fields["rows"] = rows[mine].astype("<i8").tobytes()
+            if record["kind"] == "delta":  # what collect() trims when the version is dropped
+                shard_fields["rows"] = np.concatenate(
+                    [np.empty(0, np.int64), *written[node.shard]]).astype("<i8").tobytes()
             self.put_fields(node, version, shard_fields)
             faults.point("publish.node")
             self.put_fields(node, version, {"complete": 1})
             faults.point("publish.marked")
         self.timings[version] = time.perf_counter() - t0
         log.info("version %d (%s, %d rows) written to %d nodes in %.2f s", version,
-                 record["kind"], len(rows), len(todo), self.timings[version])
+                 record["kind"], rows_total, len(todo), self.timings[version])
         return True
 
     def put_fields(self, node: Node, version: int, fields: dict[str, Any]) -> None:
@@ -205,28 +209,31 @@ class Publisher:
             return []
         span = [v for v in held if old < v <= floor]
         kinds = [client.hget(self.store.key("v", v), "kind") for v in span]
+        # No reader looks below the floor's base (scripts.FETCH): fields there go.
+        base = int(client.hget(self.store.key("v", floor), "base") or 0)
         if b"base" in kinds:  # every row may have an older field
             self.trim_keys(node, client.scan_iter(f"{self.store.row_prefix}*", count=5000),
-                           floor)
+                           floor, base)
         else:
             for v in span:
                 raw = client.hget(self.store.key("v", v), "rows") or b""
                 ids = np.frombuffer(raw, "<i8")
-                self.trim_keys(node, (f"{self.store.row_prefix}{i}" for i in ids), floor)
+                self.trim_keys(node, (f"{self.store.row_prefix}{i}" for i in ids), floor, base)
         for v in gone:
             client.delete(self.store.key("v", v))
         client.set(self.store.key("floor"), floor)
         return gone
 
-    def trim_keys(self, node: Node, keys: Any, floor: int, batch: int = 2000) -> None:
+    def trim_keys(self, node: Node, keys: Any, floor: int, base: int, batch: int = 2000
+                  ) -> None:
         chunk: list[Any] = []
         for key in keys:
             chunk.append(key)
             if len(chunk) == batch:
-                node.trim_script(keys=chunk, args=[floor])
+                node.trim_script(keys=chunk, args=[floor, base])
                 chunk = []
         if chunk:
-            node.trim_script(keys=chunk, args=[floor])
+            node.trim_script(keys=chunk, args=[floor, base])
 
     # --- following a run -------------------------------------------------------------------
 

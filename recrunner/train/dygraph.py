@@ -14,7 +14,7 @@ from recrunner.data.batch import Batch
 from recrunner.export import save_export
 from recrunner.runtime import import_paddle
 from recrunner.train import optim
-from recrunner.train.build import build_net, load_net_state, net_predictor
+from recrunner.train.build import build_net, load_net_state, net_predictor, table_rows
 from recrunner.train.checkpoint import Checkpoint
 from recrunner.train.console import EpochProgress
 from recrunner.train.engine import EpochStats, ModelState, OnStep
@@ -121,9 +121,18 @@ class DygraphEngine:
         return ModelState(self.net.state_dict(), self.opt.state_dict())
 
     def restore(self, ckpt: Checkpoint, state: ModelState) -> None:
-        load_net_state(self.net, state.net, f"checkpoint {ckpt.path}")
+        from recrunner.fleet.ps_saved import complete_state
+
+        # A mode=ps checkpoint (a warm start from a PS run) has its table beside it.
+        load_net_state(self.net, complete_state(state.net, ckpt, self.net),
+                       f"checkpoint {ckpt.path}")
         self.opt.set_state_dict(state.optimizer)
 
     def export(self, export_dir: Path, extra: dict[str, Any], ckpt: Checkpoint) -> Path:
+        from recrunner.sparse.graph import write_for_versions
+
         # self.net holds `ckpt`'s model already (the driver restored the best epoch's).
-        return save_export(self.net, export_dir, self.reader.schema, self.cfg.model.name, extra)
+        save_export(self.net, export_dir, self.reader.schema, self.cfg.model.name, extra)
+        write_for_versions(self.cfg.runner.online, self.net, export_dir,
+                           table_rows(self.cfg))
+        return export_dir
