@@ -23,6 +23,7 @@ from recrunner.errors import RecrunnerError
 from recrunner.serving import client
 from recrunner.serving.server import Server
 from recrunner.sparse.publish import Publisher
+from recrunner.sparse.store import ShardedStore
 from tests.conftest import SMALL_MODEL, recrun
 from tests.test_online import days
 
@@ -363,6 +364,35 @@ def test_versions_no_server_uses_are_dropped(
         assert np.abs(got - offline(online_run["3"], lines)).max() <= PRINTED
     finally:
         srv.stop(5)
+
+
+def test_a_base_is_read_alone_and_trimming_drops_what_lies_below_it(
+        nodes: list[RedisNode]) -> None:
+    """A base holds the live rows only. Published over a node that still holds version 1 (the
+    deltas that deleted a row never published there, as `recrun publish` sends only the new
+    version's chain), a row the base lacks reads as zero, not as version 1's value; once the
+    base is the floor, the fields below it go, and a row with none left is gone."""
+    import redis
+
+    cfg = load(sparse_keys(nodes, 1))
+    store = ShardedStore(cfg.serving.sparse)
+    publisher = Publisher(cfg.serving.sparse, Path("unused"))
+    ids = np.array([4, 8], np.int64)  # both on shard 0 of 4 (one node each)
+    one = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    four = np.array([[5.0, 6.0]], np.float32)
+    node = next(n for n in store.nodes if n.shard == 0)
+    store.write_rows(node, 1, ids, one, 2)
+    publisher.put_fields(node, 1, {"kind": "base", "base": 1, "complete": 1})
+    store.write_rows(node, 4, ids[1:], four, 2)  # version 4, a base: row 4 was evicted
+    publisher.put_fields(node, 4, {"kind": "base", "base": 4, "complete": 1})
+    np.testing.assert_array_equal(store.fetch(ids, 1, 2, replica=0), one)
+    np.testing.assert_array_equal(store.fetch(ids, 4, 2, replica=0), [[0, 0], [5, 6]])
+    client = redis.Redis(port=nodes[0].port)
+    assert client.hkeys("recrun:r:4") == [b"1"]
+    assert sorted(client.hkeys("recrun:r:8")) == [b"1", b"4"]
+    assert publisher.trim(node, 4) == [1]
+    assert not client.exists("recrun:r:4") and client.hkeys("recrun:r:8") == [b"4"]
+    np.testing.assert_array_equal(store.fetch(ids, 4, 2, replica=0), [[0, 0], [5, 6]])
 
 
 @pytest.mark.parametrize(("override", "message"), [
