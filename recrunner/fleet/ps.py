@@ -48,8 +48,8 @@ from recrunner.train.reading import Reader
 
 log = logging.getLogger("recrunner.fleet")
 TABLE = "sparse_embedding_table"
-IDS_CHUNK = 100_000
-INFER_PREFIX = "infer_"  # ids per lookup when reading the whole table back
+IDS_CHUNK = 100_000  # ids per lookup when reading rows back (a geo copy, a restore's sample)
+INFER_PREFIX = "infer_"
 # A restored parameter against the checkpoint's, relative: the servers' table files are text
 # with 6 significant digits (measured: up to 5.0e-6).
 RESTORE_RTOL = 1e-5
