@@ -88,11 +88,12 @@ class Publisher:
                                      for k in names], axis=1)
             deleted = np.asarray(~values.any(axis=1))  # evicted rows: a deletion, not zeros
             rows_total += len(rows)
-            for node in todo:
-                mine = rows % count == node.shard
-                self.write_node(node, version, rows[mine], values[mine], deleted[mine])
-                if node.replica == 0:
-                    written[node.shard].append(rows[mine])
+            for shard in written:
+                mine = rows % count == shard
+                written[shard].append(rows[mine])
+                for node in todo:
+                    if node.shard == shard:
+                        self.write_node(node, version, rows[mine], values[mine], deleted[mine])
         for node in todo:
             shard_fields = dict(fields)
             if record["kind"] == "delta":  # what collect() trims when the version is dropped
