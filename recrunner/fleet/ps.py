@@ -401,7 +401,7 @@ class PsEngine:
 
     def state(self, checkpoint_root: Path, epoch: int) -> ModelState:
         """The servers save their tables with their optimizer states (for resume) beside the
-        checkpoint as <epoch>.ps/; the checkpoint holds the Net (for eval and export)."""
+        checkpoint as <epoch>.ps/; the checkpoint holds the rest of the Net (save_state)."""
         return self.save_state(checkpoint_root, f"{epoch}.ps")
 
     def save_state(self, checkpoint_root: Path, name: str) -> ModelState:
