@@ -99,6 +99,7 @@ def check_engines(model_dir: Path, meta: dict[str, Any], probe: Probe,
             continue
         diff = probe.diff(fn)
         results[engine] = {"max_abs_diff": diff, "ok": diff <= TOLERANCE}
+        del fn  # each engine holds the tables: one at a time
     return results
 
 
