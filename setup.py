@@ -35,6 +35,8 @@ setup(
         # The upstream CRDs the validator checks custom resources against, with their sources.
         "recrunner.k8s": ["crds/*.yaml", "crds/*.md", "crds/*.txt"],
         "recrunner.serving.proto": ["*.proto", "*.pyi"],
+        # The fused CPU kernels' source: built on the machine that trains (recrunner/kernels).
+        "recrunner.kernels": ["*.cc"],
     },
     install_requires=[
         # 3.0.0 is the newest CPU wheel that still carries the parameter-server core.

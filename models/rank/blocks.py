@@ -47,14 +47,20 @@ class IdTable(nn.Embedding):
             padding = None if self._padding_idx is None else int(self._padding_idx)
             return F.embedding(ids, self.weight, padding_idx=padding, sparse=self._sparse,
                                name=self._name)
+        index, rows = self.distinct_rows(ids)
+        positions = paddle.to_tensor(index.reshape(-1))
+        # A dense lookup into the distinct rows: its gradient kernel is 2x gather's.
+        return paddle.reshape(F.embedding(positions, rows), [*ids.shape, self._embedding_dim])
+
+    def distinct_rows(self, ids: paddle.Tensor) -> tuple[np.ndarray, paddle.Tensor]:
+        """Training in dygraph with sparse gradients: each id's index into the batch's
+        distinct ids (shaped as `ids`), and those ids' rows [n, width]."""
         if self.host_rows:
             index, rows = self._host_lookup(ids)
         else:
             distinct, index = np.unique(ids.numpy(), return_inverse=True)
             rows = super().forward(paddle.to_tensor(distinct))
-        positions = paddle.to_tensor(index.reshape(-1))
-        # A dense lookup into the distinct rows: its gradient kernel is 2x gather's.
-        return paddle.reshape(F.embedding(positions, rows), [*ids.shape, self._embedding_dim])
+        return index.reshape(ids.shape), rows
 
     # Not converted when an export has turned forward() into a static function (later passes of
     # an online run train through it): dy2static would try to convert pyarrow.
@@ -130,18 +136,62 @@ def split_rows(rows: paddle.Tensor, dim: int) -> tuple[paddle.Tensor, paddle.Ten
 
 
 class Linear(nn.Linear):
-    """nn.Linear (same parameters) whose training-time bias gradient is a matmul."""
+    """nn.Linear (same parameters), optionally followed by a ReLU (`relu`), whose training
+    step in dygraph is recrunner's fused kernel (recrunner/kernels: the bias and the ReLU in
+    one pass over the GEMM's output, and one backward pass before the two GEMMs), or, where
+    that kernel is off or unavailable and in mode=ps's static graph, a bias added by a
+    matmul, whose gradient ones^T @ grad is one fast GEMV."""
+
+    def __init__(self, in_features: int, out_features: int, *, relu: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(in_features, out_features, **kwargs)
+        self.relu = relu
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
         if not self.training or self.bias is None:
-            return super().forward(x)
-        # ones @ bias broadcasts the bias; its gradient ones^T @ grad is one fast GEMV. Also
-        # in mode=ps's static graph (whose batch size is known only when run): +12% there.
-        if paddle.in_dynamic_mode():
-            ones = paddle.ones([x.shape[0], 1], dtype=x.dtype)
+            out = super().forward(x)
+        elif paddle.in_dynamic_mode() and _fused_kernels():
+            return _fused_dense(x, self.weight, self.bias, self.relu)
         else:
-            ones = paddle.ones_like(x[:, :1])
-        return paddle.matmul(x, self.weight) + paddle.matmul(ones, self.bias.unsqueeze(0))
+            # Also in mode=ps's static graph (whose batch size is known only when run): +12%.
+            if paddle.in_dynamic_mode():
+                ones = paddle.ones([x.shape[0], 1], dtype=x.dtype)
+            else:
+                ones = paddle.ones_like(x[:, :1])
+            out = paddle.matmul(x, self.weight) + paddle.matmul(ones, self.bias.unsqueeze(0))
+        return F.relu(out) if self.relu else out
+
+
+# Outside forward(): the export's static conversion must not convert the kernels' loader.
+@paddle.jit.not_to_static
+def _fused_kernels() -> bool:
+    from recrunner import kernels
+
+    return kernels.ready()
+
+
+@paddle.jit.not_to_static
+def _fused_dense(x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor,
+                 relu: bool) -> paddle.Tensor:
+    from recrunner import kernels
+
+    return kernels.dense(x, weight, bias, relu)
+
+
+@paddle.jit.not_to_static
+def _fused_fields(rows: paddle.Tensor, index: paddle.Tensor, dense: paddle.Tensor,
+                  dim: int) -> tuple[paddle.Tensor, paddle.Tensor]:
+    from recrunner import kernels
+
+    return kernels.fields(rows, index, dense, dim)
+
+
+class ReluInLinear(nn.Layer):
+    """Where a hidden layer's ReLU stood: its Linear (relu=True) applies it. Keeping the
+    place keeps the Sequential's indices, so parameter names and checkpoints are unchanged."""
+
+    def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+        return x
 
 
 def hidden_layers(fan_in: int, hidden: list[int], dropout: float = 0.0) -> list[nn.Layer]:
@@ -150,8 +200,8 @@ def hidden_layers(fan_in: int, hidden: list[int], dropout: float = 0.0) -> list[
     sizes = [fan_in, *hidden]
     layers: list[nn.Layer] = []
     for n_in, n_out in zip(sizes[:-1], sizes[1:], strict=True):
-        layers += [Linear(n_in, n_out, weight_attr=paddle.ParamAttr(
-            initializer=nn.initializer.Normal(std=1.0 / math.sqrt(n_in)))), nn.ReLU()]
+        layers += [Linear(n_in, n_out, relu=True, weight_attr=paddle.ParamAttr(
+            initializer=nn.initializer.Normal(std=1.0 / math.sqrt(n_in)))), ReluInLinear()]
         if dropout > 0:
             layers.append(nn.Dropout(dropout))
     return layers
@@ -234,6 +284,24 @@ class FieldNet(nn.Layer):
         self.inputs = inputs
         self.dim = cfg.sparse_feature_dim
         self.embedding = table
+
+    def deep_inputs(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor
+                    ) -> tuple[paddle.Tensor, paddle.Tensor | None]:
+        """[B, fields * dim + num_dense]: every field's latent vector, then the dense features
+        (an MLP's or cross network's input); and, for first_order models, [B, 1]: the sum of
+        the fields' first-order weights (else None). Training in dygraph, with single-valued
+        fields, one fused kernel from the batch's distinct rows (recrunner/kernels)."""
+        table = self.embedding
+        if (self.training and self.inputs.pad_id is None and isinstance(table, IdTable)
+                and table._sparse and paddle.in_dynamic_mode() and _fused_kernels()):
+            index, rows = table.distinct_rows(sparse_ids)
+            x, wide = _fused_fields(rows, paddle.to_tensor(index), dense, self.dim)
+            return x, (wide if self.first_order else None)
+        rows = embed_fields(table, sparse_ids, self.inputs)  # [B, fields, width]
+        if not self.first_order:
+            return self.flat(rows, dense), None
+        latent, weight = split_rows(rows, self.dim)
+        return self.flat(latent, dense), paddle.sum(weight, axis=1, keepdim=True)
 
     def flat(self, latent: paddle.Tensor, dense: paddle.Tensor) -> paddle.Tensor:
         """[B, fields, dim] field rows as [B, fields * dim], then the dense features: an MLP's

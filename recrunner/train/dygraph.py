@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from recrunner import kernels
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.export import save_export
@@ -40,6 +41,8 @@ class DygraphEngine:
                               cfg.runner.table_learning_rate, optim.epoch_decays(cfg.runner),
                               host_tables=group.updates_alone)
         self.predict_fn = net_predictor(self.net)
+        kernels.configure(cfg.runner.fused_kernels)
+        kernels.ready()  # built (once per machine) before the first step, not within it
         self.expected_examples = reader.estimate_rows(cfg.dataset.train)
 
     def train_step(self, batch: Batch) -> float:

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from recrunner import kernels
+
 
 def param_array(tensor: Any) -> np.ndarray:
     """A writable numpy view of a float32 CPU tensor's memory (no copy). Taken afresh at each
@@ -90,6 +92,13 @@ class RowAdam:
         lr_t = lr * (np.sqrt(one - b2_pow) / (one - b1_pow))
         eps_t = np.float32(self.epsilon) * np.sqrt(one - b2_pow)
         weight = param_array(table.weight)
+        if values is None:
+            values = np.take(weight, rows, axis=0)
+        if kernels.ready():  # the same arithmetic in one C pass (recrunner/kernels/ops.cc)
+            kernels.row_adam(weight, moments, rows, grad, values, lr_t, eps_t,
+                             np.float32(b1), np.float32(b2))
+            pows[0], pows[1] = b1_pow, b2_pow
+            return
         state = np.take(moments, rows, axis=0)  # [n, 2, width]
         m, v = state[:, 0], state[:, 1]
         # (1 - beta) in float32 as the kernel has it: float32(1 - 0.999) is 1.3e-5 off that.
@@ -97,8 +106,6 @@ class RowAdam:
         m += (one - np.float32(b1)) * grad
         v *= np.float32(b2)
         v += (one - np.float32(b2)) * grad * grad
-        if values is None:
-            values = np.take(weight, rows, axis=0)
         values -= lr_t * (m / (np.sqrt(v) + eps_t))
         _put_rows(weight, rows, values)
         _put_rows(moments.reshape(len(moments), -1), rows, state.reshape(len(rows), -1))

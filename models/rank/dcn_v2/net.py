@@ -6,7 +6,7 @@ import math
 import paddle
 import paddle.nn as nn
 
-from ..blocks import FieldNet, Linear, embed_fields, hidden_layers, mlp, wide_crosses
+from ..blocks import FieldNet, Linear, hidden_layers, mlp, wide_crosses
 from .config import Config, Structure
 
 
@@ -45,8 +45,7 @@ class Net(FieldNet):
         self.cross_table = wide_crosses(cfg, inputs)
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
-        rows = embed_fields(self.embedding, sparse_ids, self.inputs)  # [B, fields, dim]
-        x0 = self.flat(rows, dense)
+        x0, _ = self.deep_inputs(dense, sparse_ids)
         x = x0
         for layer in self.cross:
             x = x0 * layer(x) + x

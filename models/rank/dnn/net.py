@@ -3,7 +3,7 @@
 import paddle
 import paddle.nn as nn
 
-from ..blocks import FieldNet, embed_fields, mlp, wide_crosses
+from ..blocks import FieldNet, mlp, wide_crosses
 from .config import Config
 
 
@@ -16,6 +16,6 @@ class Net(FieldNet):
         self.cross_table = wide_crosses(cfg, inputs)
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
-        rows = embed_fields(self.embedding, sparse_ids, self.inputs)  # [B, fields, dim]
-        deep = self.deep(self.flat(rows, dense))
+        x, _ = self.deep_inputs(dense, sparse_ids)
+        deep = self.deep(x)
         return deep if self.cross_table is None else deep + self.cross_table(sparse_ids)

@@ -3,7 +3,7 @@
 import paddle
 import paddle.nn as nn
 
-from ..blocks import FieldNet, Linear, embed_fields, mlp, split_rows, wide_crosses
+from ..blocks import FieldNet, Linear, mlp, wide_crosses
 from .config import Config
 
 
@@ -19,12 +19,11 @@ class Net(FieldNet):
         self.cross_table = wide_crosses(cfg, inputs)
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
-        rows = embed_fields(self.embedding, sparse_ids, self.inputs)  # [B, fields, dim + 1]
-        latent, weight = split_rows(rows, self.dim)
-        wide_sparse = paddle.sum(weight, axis=1, keepdim=True)
+        x, wide_sparse = self.deep_inputs(dense, sparse_ids)
+        assert wide_sparse is not None  # first_order
         if self.cross_table is not None:
             wide_sparse = wide_sparse + self.cross_table(sparse_ids)
-        deep = self.deep(self.flat(latent, dense))
+        deep = self.deep(x)
         if self.wide_dense is None:
             return deep + wide_sparse
         return deep + self.wide_dense(dense) + wide_sparse
