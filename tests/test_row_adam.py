@@ -64,7 +64,10 @@ def assert_same_model(a: DygraphEngine, b: DygraphEngine) -> None:
             np.testing.assert_array_equal(value.numpy(), sb[key].numpy(), err_msg=key)
 
 
-@pytest.mark.parametrize("overrides", [[], CROSSES], ids=["default", "crosses-lr-scale-l2"])
+# The host update runs in C when the fused kernels are built (recrunner/kernels/ops.cc), in
+# numpy otherwise (runner.fused_kernels=false): both are checked against Paddle's.
+@pytest.mark.parametrize("overrides", [[], CROSSES, ["runner.fused_kernels=false", *CROSSES]],
+                         ids=["default", "crosses-lr-scale-l2", "numpy-crosses-lr-scale-l2"])
 def test_host_update_is_paddles_lazy_adam(tmp_path: Path, overrides: list[str]) -> None:
     # Bit for bit. The two ways a first version differed, each caught here: it corrected by
     # beta^t (Paddle's sparse kernel uses beta^(t+1): 2.6e-4 off after one step), and it took

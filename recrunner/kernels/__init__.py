@@ -47,19 +47,23 @@ def ready() -> bool:
     return _ready
 
 
-def dense(x: Any, weight: Any, bias: Any, relu: bool) -> Any:
-    """act(x @ weight + bias) with act = ReLU or none, and its gradients (ops.cc)."""
+def _run(op: str, *args: Any) -> list[Any]:
+    """A registered custom operator, called as the API Paddle would generate for it does."""
     from paddle import _C_ops
 
-    return _C_ops._run_custom_op("recrunner_dense", x, weight, bias, relu)[0]
+    run: Any = getattr(_C_ops, "_run_custom_op")  # noqa: B009 (not in Paddle's stubs)
+    return run(op, *args)
+
+
+def dense(x: Any, weight: Any, bias: Any, relu: bool) -> Any:
+    """act(x @ weight + bias) with act = ReLU or none, and its gradients (ops.cc)."""
+    return _run("recrunner_dense", x, weight, bias, relu)[0]
 
 
 def fields(rows: Any, index: Any, dense: Any, dim: int) -> tuple[Any, Any]:
     """A field model's inputs from its batch's distinct rows (ops.cc): [B, fields * dim + D]
     and the first-order weights' sum [B, 1]; backward scatters into `rows`."""
-    from paddle import _C_ops
-
-    x, wide = _C_ops._run_custom_op("recrunner_fields", rows, index, dense, dim)
+    x, wide = _run("recrunner_fields", rows, index, dense, dim)
     return x, wide
 
 
@@ -83,5 +87,5 @@ def row_adam(weight: np.ndarray, moments: np.ndarray, rows: np.ndarray, grad: np
     _library.recrunner_row_adam(
         pointer(weight.ctypes.data), pointer(moments.ctypes.data), pointer(rows.ctypes.data),
         ctypes.c_int64(len(rows)), ctypes.c_int64(width), pointer(grad.ctypes.data),
-        pointer(values.ctypes.data), ctypes.c_float(lr_t), ctypes.c_float(eps_t),
-        ctypes.c_float(beta1), ctypes.c_float(beta2))
+        pointer(values.ctypes.data), ctypes.c_float(float(lr_t)),
+        ctypes.c_float(float(eps_t)), ctypes.c_float(float(beta1)), ctypes.c_float(float(beta2)))
