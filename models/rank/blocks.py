@@ -9,7 +9,7 @@ gradient of a broadcast bias add took ~2.5 ms for a 512-wide layer and that of s
 
 import functools
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import paddle
@@ -180,7 +180,7 @@ def _fused_dense(x: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor,
 
 @paddle.jit.not_to_static
 def _fused_fields(rows: paddle.Tensor, index: paddle.Tensor, dense: paddle.Tensor,
-                  dim: int) -> tuple[paddle.Tensor, paddle.Tensor]:
+                  dim: int) -> tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
     from recrunner import kernels
 
     return kernels.fields(rows, index, dense, dim)
@@ -267,6 +267,12 @@ def decayed_id_table(number: int, width: int, sparse: bool, init_scale: float,
     return table
 
 
+class FieldInputs(NamedTuple):
+    deep: paddle.Tensor  # [B, fields * dim + num_dense]: the latent vectors, then the dense
+    wide: paddle.Tensor | None  # [B, 1]: the fields' first-order weights' sum (first_order)
+    latent: paddle.Tensor  # [B, fields, dim]
+
+
 class FieldNet(nn.Layer):
     """The frame of a zoo model that embeds each field in `sparse_feature_dim` columns: it
     keeps `inputs`, that width (`dim`) and the caller's id table (`self.embedding`, the name
@@ -285,23 +291,22 @@ class FieldNet(nn.Layer):
         self.dim = cfg.sparse_feature_dim
         self.embedding = table
 
-    def deep_inputs(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor
-                    ) -> tuple[paddle.Tensor, paddle.Tensor | None]:
-        """[B, fields * dim + num_dense]: every field's latent vector, then the dense features
-        (an MLP's or cross network's input); and, for first_order models, [B, 1]: the sum of
-        the fields' first-order weights (else None). Training in dygraph, with single-valued
-        fields, one fused kernel from the batch's distinct rows (recrunner/kernels)."""
+    def field_inputs(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> "FieldInputs":
+        """What a field model reads from its table and dense features (FieldInputs). Training
+        in dygraph with single-valued fields, one fused kernel makes all of it from the
+        batch's distinct rows (recrunner/kernels); otherwise the plain lookup and layers."""
         table = self.embedding
         if (self.training and self.inputs.pad_id is None and isinstance(table, IdTable)
                 and table._sparse and paddle.in_dynamic_mode() and _fused_kernels()):
             index, rows = table.distinct_rows(sparse_ids)
-            x, wide = _fused_fields(rows, paddle.to_tensor(index), dense, self.dim)
-            return x, (wide if self.first_order else None)
+            deep, wide, latent = _fused_fields(rows, paddle.to_tensor(index), dense, self.dim)
+            return FieldInputs(deep, wide if self.first_order else None, latent)
         rows = embed_fields(table, sparse_ids, self.inputs)  # [B, fields, width]
         if not self.first_order:
-            return self.flat(rows, dense), None
+            return FieldInputs(self.flat(rows, dense), None, rows)
         latent, weight = split_rows(rows, self.dim)
-        return self.flat(latent, dense), paddle.sum(weight, axis=1, keepdim=True)
+        return FieldInputs(self.flat(latent, dense), paddle.sum(weight, axis=1, keepdim=True),
+                           latent)
 
     def flat(self, latent: paddle.Tensor, dense: paddle.Tensor) -> paddle.Tensor:
         """[B, fields, dim] field rows as [B, fields * dim], then the dense features: an MLP's

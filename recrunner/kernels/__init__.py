@@ -60,11 +60,12 @@ def dense(x: Any, weight: Any, bias: Any, relu: bool) -> Any:
     return _run("recrunner_dense", x, weight, bias, relu)[0]
 
 
-def fields(rows: Any, index: Any, dense: Any, dim: int) -> tuple[Any, Any]:
-    """A field model's inputs from its batch's distinct rows (ops.cc): [B, fields * dim + D]
-    and the first-order weights' sum [B, 1]; backward scatters into `rows`."""
-    x, wide = _run("recrunner_fields", rows, index, dense, dim)
-    return x, wide
+def fields(rows: Any, index: Any, dense: Any, dim: int) -> tuple[Any, Any, Any]:
+    """A field model's inputs from its batch's distinct rows (ops.cc): [B, fields * dim + D],
+    the first-order weights' sum [B, 1] and the latent vectors [B, fields, dim]; backward
+    scatters into `rows`."""
+    x, wide, latent = _run("recrunner_fields", rows, index, dense, dim)
+    return x, wide, latent
 
 
 def row_adam(weight: np.ndarray, moments: np.ndarray, rows: np.ndarray, grad: np.ndarray,

@@ -11,8 +11,8 @@
 // recrunner_fields: a field model's inputs from its batch's distinct table rows. Given the
 // rows [n, W] (W = dim, or dim + 1 with each id's first-order weight last) and each field's
 // index into them [B, S], writes [B, S * dim + D]: every field's latent vector, then the
-// dense features [B, D]; and [B, 1]: the sum of the fields' first-order weights (zero when
-// W = dim). Paddle 3.0 takes a gather, a split by two matmuls, a sum, reshapes and a concat
+// dense features [B, D]; [B, 1]: the sum of the fields' first-order weights (zero when
+// W = dim); and [B, S, dim]: the latent vectors alone (a factorization machine's input). Paddle 3.0 takes a gather, a split by two matmuls, a sum, reshapes and a concat
 // for this, and their gradient nodes; backward here is one scatter-add into the rows.
 //
 // recrunner_row_adam (a C function, called through ctypes on numpy arrays): the lazy Adam
@@ -121,7 +121,8 @@ namespace {
 template <typename Index>
 void GatherFields(const float* __restrict rows, const Index* __restrict index,
                   const float* __restrict dense, int64_t batch, int64_t fields, int64_t width,
-                  int64_t dim, int64_t num_dense, float* __restrict x, float* __restrict wide) {
+                  int64_t dim, int64_t num_dense, float* __restrict x, float* __restrict wide,
+                  float* __restrict latent) {
   const int64_t stride = fields * dim + num_dense;
   for (int64_t b = 0; b < batch; ++b) {
     float* __restrict xb = x + b * stride;
@@ -129,6 +130,7 @@ void GatherFields(const float* __restrict rows, const Index* __restrict index,
     for (int64_t s = 0; s < fields; ++s) {
       const float* __restrict row = rows + static_cast<int64_t>(index[b * fields + s]) * width;
       std::copy(row, row + dim, xb + s * dim);
+      std::copy(row, row + dim, latent + (b * fields + s) * dim);
       if (width > dim) sum += row[dim];
     }
     std::copy(dense + b * num_dense, dense + (b + 1) * num_dense, xb + fields * dim);
@@ -138,14 +140,24 @@ void GatherFields(const float* __restrict rows, const Index* __restrict index,
 
 template <typename Index>
 void ScatterFields(const Index* __restrict index, const float* __restrict grad_x,
-                   const float* __restrict grad_wide, int64_t batch, int64_t fields,
+                   const float* __restrict grad_wide, const float* __restrict grad_latent,
+                   int64_t batch, int64_t fields,
                    int64_t width, int64_t dim, int64_t num_dense, float* __restrict grad_rows) {
   const int64_t stride = fields * dim + num_dense;
   for (int64_t b = 0; b < batch; ++b) {
-    const float* __restrict gb = grad_x + b * stride;
+    const float* __restrict gb = grad_x == nullptr ? nullptr : grad_x + b * stride;
     for (int64_t s = 0; s < fields; ++s) {
       float* __restrict row = grad_rows + static_cast<int64_t>(index[b * fields + s]) * width;
-      for (int64_t k = 0; k < dim; ++k) row[k] += gb[s * dim + k];
+      const float* __restrict gl =
+          grad_latent == nullptr ? nullptr : grad_latent + (b * fields + s) * dim;
+      if (gb != nullptr && gl != nullptr) {
+        // the two uses' sum first, as autograd adds them before the gather's gradient
+        for (int64_t k = 0; k < dim; ++k) row[k] += gb[s * dim + k] + gl[k];
+      } else if (gb != nullptr) {
+        for (int64_t k = 0; k < dim; ++k) row[k] += gb[s * dim + k];
+      } else if (gl != nullptr) {
+        for (int64_t k = 0; k < dim; ++k) row[k] += gl[k];
+      }
       if (grad_wide != nullptr && width > dim) row[dim] += grad_wide[b];
     }
   }
@@ -173,21 +185,26 @@ std::vector<paddle::Tensor> FieldsForward(const paddle::Tensor& rows, const padd
   paddle::Tensor x = paddle::empty({batch, fields * dim + num_dense}, paddle::DataType::FLOAT32,
                                    rows.place());
   paddle::Tensor wide = paddle::empty({batch, 1}, paddle::DataType::FLOAT32, rows.place());
+  paddle::Tensor latent = paddle::empty({batch, fields, dim}, paddle::DataType::FLOAT32,
+                                        rows.place());
   if (index.dtype() == paddle::DataType::INT32) {
     GatherFields(rows.data<float>(), index.data<int32_t>(), dense.data<float>(), batch, fields,
-                 width, dim, num_dense, x.data<float>(), wide.data<float>());
+                 width, dim, num_dense, x.data<float>(), wide.data<float>(),
+                 latent.data<float>());
   } else {
     GatherFields(rows.data<float>(), index.data<int64_t>(), dense.data<float>(), batch, fields,
-                 width, dim, num_dense, x.data<float>(), wide.data<float>());
+                 width, dim, num_dense, x.data<float>(), wide.data<float>(),
+                 latent.data<float>());
   }
-  return {x, wide};
+  return {x, wide, latent};
 }
 
 // Each row's gradient sums its uses in batch order, as Paddle's embedding gradient does.
 std::vector<paddle::Tensor> FieldsBackward(const paddle::Tensor& rows, const paddle::Tensor& index,
                                            const paddle::Tensor& dense,
                                            const paddle::Tensor& grad_x,
-                                           const paddle::Tensor& grad_wide, int dim) {
+                                           const paddle::Tensor& grad_wide,
+                                           const paddle::Tensor& grad_latent, int dim) {
   const int64_t batch = index.shape()[0], fields = index.shape()[1];
   const int64_t width = rows.shape()[1], num_dense = dense.shape()[1];
   paddle::Tensor grad_rows = paddle::empty(rows.shape(), paddle::DataType::FLOAT32, rows.place());
@@ -195,12 +212,14 @@ std::vector<paddle::Tensor> FieldsBackward(const paddle::Tensor& rows, const pad
   std::fill(out, out + grad_rows.numel(), 0.0f);
   // No gradient reaches the first-order sum when the model does not use it.
   const float* wide = grad_wide.initialized() ? grad_wide.data<float>() : nullptr;
+  const float* latent = grad_latent.initialized() ? grad_latent.data<float>() : nullptr;
+  const float* deep = grad_x.initialized() ? grad_x.data<float>() : nullptr;
   if (index.dtype() == paddle::DataType::INT32) {
-    ScatterFields(index.data<int32_t>(), grad_x.data<float>(), wide, batch, fields, width, dim,
-                  num_dense, out);
+    ScatterFields(index.data<int32_t>(), deep, wide, latent, batch, fields,
+                  width, dim, num_dense, out);
   } else {
-    ScatterFields(index.data<int64_t>(), grad_x.data<float>(), wide, batch, fields, width, dim,
-                  num_dense, out);
+    ScatterFields(index.data<int64_t>(), deep, wide, latent, batch, fields,
+                  width, dim, num_dense, out);
   }
   return {grad_rows};
 }
@@ -208,25 +227,26 @@ std::vector<paddle::Tensor> FieldsBackward(const paddle::Tensor& rows, const pad
 std::vector<std::vector<int64_t>> FieldsShape(const std::vector<int64_t>& rows,
                                               const std::vector<int64_t>& index,
                                               const std::vector<int64_t>& dense, int dim) {
-  return {{index[0], index[1] * dim + dense[1]}, {index[0], 1}};
+  return {{index[0], index[1] * dim + dense[1]}, {index[0], 1}, {index[0], index[1], dim}};
 }
 
 std::vector<paddle::DataType> FieldsDtype(const paddle::DataType& rows,
                                           const paddle::DataType& index,
                                           const paddle::DataType& dense) {
-  return {rows, rows};
+  return {rows, rows, rows};
 }
 
 PD_BUILD_OP(recrunner_fields)
     .Inputs({"Rows", "Index", "Dense"})
-    .Outputs({"X", "Wide"})
+    .Outputs({"X", "Wide", "Latent"})
     .Attrs({"dim: int"})
     .SetKernelFn(PD_KERNEL(FieldsForward))
     .SetInferShapeFn(PD_INFER_SHAPE(FieldsShape))
     .SetInferDtypeFn(PD_INFER_DTYPE(FieldsDtype));
 
 PD_BUILD_GRAD_OP(recrunner_fields)
-    .Inputs({"Rows", "Index", "Dense", paddle::Grad("X"), paddle::Grad("Wide")})
+    .Inputs({"Rows", "Index", "Dense", paddle::Grad("X"), paddle::Grad("Wide"),
+             paddle::Grad("Latent")})
     .Outputs({paddle::Grad("Rows")})
     .Attrs({"dim: int"})
     .SetKernelFn(PD_KERNEL(FieldsBackward));

@@ -45,7 +45,7 @@ class Net(FieldNet):
         self.cross_table = wide_crosses(cfg, inputs)
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
-        x0, _ = self.deep_inputs(dense, sparse_ids)
+        x0 = self.field_inputs(dense, sparse_ids).deep
         x = x0
         for layer in self.cross:
             x = x0 * layer(x) + x

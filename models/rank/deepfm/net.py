@@ -4,7 +4,7 @@ one embedding table."""
 import paddle
 import paddle.nn as nn
 
-from ..blocks import FieldNet, Linear, embed_fields, fm_pairwise, mlp, split_rows, wide_crosses
+from ..blocks import FieldNet, Linear, fm_pairwise, mlp, wide_crosses
 from .config import Config
 
 
@@ -19,12 +19,12 @@ class Net(FieldNet):
         self.cross_table = wide_crosses(cfg, inputs)
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
-        rows = embed_fields(self.embedding, sparse_ids, self.inputs)  # [B, fields, dim + 1]
-        latent, weight = split_rows(rows, self.dim)
-        first = paddle.sum(weight, axis=1, keepdim=True)
-        deep = self.deep(self.flat(latent, dense))
+        inputs = self.field_inputs(dense, sparse_ids)
+        assert inputs.wide is not None  # first_order
+        first = inputs.wide
+        deep = self.deep(inputs.deep)
         if self.first_order_dense is not None:
             first = first + self.first_order_dense(dense)
         if self.cross_table is not None:
             first = first + self.cross_table(sparse_ids)
-        return first + fm_pairwise(latent) + deep
+        return first + fm_pairwise(inputs.latent) + deep

@@ -16,6 +16,5 @@ class Net(FieldNet):
         self.cross_table = wide_crosses(cfg, inputs)
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
-        x, _ = self.deep_inputs(dense, sparse_ids)
-        deep = self.deep(x)
+        deep = self.deep(self.field_inputs(dense, sparse_ids).deep)
         return deep if self.cross_table is None else deep + self.cross_table(sparse_ids)

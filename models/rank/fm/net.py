@@ -4,7 +4,7 @@
 import paddle
 import paddle.nn as nn
 
-from ..blocks import FieldNet, Linear, embed_fields, fm_pairwise, split_rows
+from ..blocks import FieldNet, Linear, fm_pairwise
 from .config import Config
 
 # Linear weights start at 0, as a logistic regression's do (Xavier's random start on raw
@@ -27,9 +27,9 @@ class Net(FieldNet):
                 -cfg.init_scale, cfg.init_scale)) if inputs.num_dense else None
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
-        rows = embed_fields(self.embedding, sparse_ids, self.inputs)  # [B, fields, dim + 1]
-        latent, weight = split_rows(rows, self.dim)
-        first = paddle.sum(weight, axis=1, keepdim=True)
+        inputs = self.field_inputs(dense, sparse_ids)
+        assert inputs.wide is not None  # first_order
+        latent, first = inputs.latent, inputs.wide
         if self.first_order_dense is None or self.dense_latent is None:
             return first + fm_pairwise(latent) + (0.0 if self.bias is None else self.bias)
         # x_i v_i of each dense feature: [B, num_dense, dim].

@@ -19,11 +19,12 @@ class Net(FieldNet):
         self.cross_table = wide_crosses(cfg, inputs)
 
     def forward(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> paddle.Tensor:
-        x, wide_sparse = self.deep_inputs(dense, sparse_ids)
-        assert wide_sparse is not None  # first_order
+        inputs = self.field_inputs(dense, sparse_ids)
+        assert inputs.wide is not None  # first_order
+        wide_sparse = inputs.wide
         if self.cross_table is not None:
             wide_sparse = wide_sparse + self.cross_table(sparse_ids)
-        deep = self.deep(x)
+        deep = self.deep(inputs.deep)
         if self.wide_dense is None:
             return deep + wide_sparse
         return deep + self.wide_dense(dense) + wide_sparse
