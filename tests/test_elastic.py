@@ -313,9 +313,11 @@ def test_killed_etcd_fails_the_job_in_bounded_time(synth_data: dict[str, str],
     given = LocalEtcd.start(tmp_path / "given")
     try:
         own_run, given_run = tmp_path / "own", tmp_path / "given-run"
-        own = start(*elastic(own_run, "mode.elastic.max_nodes=1", "runner.epochs=3"),
+        # Epochs enough that neither job can end before its etcd's loss is seen (3 epochs of
+        # these rows once took less than the 3 s poll, when training got faster).
+        own = start(*elastic(own_run, "mode.elastic.max_nodes=1", "runner.epochs=200"),
                     *data_overrides(synth_data))
-        polled = start(*elastic(given_run, "mode.elastic.max_nodes=1", "runner.epochs=3",
+        polled = start(*elastic(given_run, "mode.elastic.max_nodes=1", "runner.epochs=200",
                                 f"mode.elastic.etcd={given.endpoint}",
                                 "mode.elastic.etcd_timeout_s=3"),
                        *data_overrides(synth_data))
