@@ -67,10 +67,9 @@ class IdTable(nn.Embedding):
     @paddle.jit.not_to_static
     def _host_lookup(self, ids: paddle.Tensor) -> tuple[np.ndarray, paddle.Tensor]:
         """Each id's index into the batch's distinct rows, and those rows as a new leaf."""
-        from recrunner.train.row_adam import distinct_ids, param_array
+        from recrunner.train.row_adam import gather_distinct
 
-        distinct, index = distinct_ids(ids.numpy())
-        values = np.take(param_array(self.weight), distinct, axis=0)
+        distinct, index, values = gather_distinct(ids.numpy(), self.weight)
         rows = paddle.to_tensor(values, stop_gradient=False)  # a copy: `values` stays ours
         self.touched.append((distinct, rows, values))  # the update starts from `values`
         if self.row_l2 > 0:

@@ -43,6 +43,7 @@ def ready() -> bool:
         else:
             _library = ctypes.CDLL(str(built))  # the handle Paddle's registration opened
             _library.recrunner_row_adam.restype = None
+            _library.recrunner_distinct_rows.restype = ctypes.c_int64
         _ready = _library is not None
     return _ready
 
@@ -90,3 +91,24 @@ def row_adam(weight: np.ndarray, moments: np.ndarray, rows: np.ndarray, grad: np
         ctypes.c_int64(len(rows)), ctypes.c_int64(width), pointer(grad.ctypes.data),
         pointer(values.ctypes.data), ctypes.c_float(float(lr_t)),
         ctypes.c_float(float(eps_t)), ctypes.c_float(float(beta1)), ctypes.c_float(float(beta2)))
+
+
+def distinct_rows(ids: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                np.ndarray]:
+    """The distinct ids of `ids` in first-seen order, each id's index into them (int32, shaped
+    as `ids`) and their rows of `weight` [R, W] (a copy); ops.cc."""
+    assert _library is not None, "kernels.ready() first"
+    flat = np.ascontiguousarray(ids, np.int64).reshape(-1)
+    if flat.size and (flat.min() < 0 or flat.max() >= len(weight)):
+        raise ValueError(f"ids outside the table's {len(weight)} rows")
+    if not (weight.flags.c_contiguous and weight.dtype == np.float32 and weight.ndim == 2):
+        raise ValueError("distinct_rows takes a C-contiguous float32 table")
+    index = np.empty(flat.size, np.int32)
+    distinct = np.empty(flat.size, np.int64)
+    values = np.empty((flat.size, weight.shape[1]), np.float32)
+    pointer = ctypes.c_void_p
+    found = _library.recrunner_distinct_rows(
+        pointer(flat.ctypes.data), ctypes.c_int64(flat.size), pointer(weight.ctypes.data),
+        ctypes.c_int64(weight.shape[1]), pointer(index.ctypes.data),
+        pointer(distinct.ctypes.data), pointer(values.ctypes.data))
+    return distinct[:found].copy(), index.reshape(ids.shape), values[:found]

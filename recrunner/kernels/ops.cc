@@ -15,6 +15,11 @@
 // W = dim); and [B, S, dim]: the latent vectors alone (a factorization machine's input). Paddle 3.0 takes a gather, a split by two matmuls, a sum, reshapes and a concat
 // for this, and their gradient nodes; backward here is one scatter-add into the rows.
 //
+// recrunner_distinct_rows (a C function, through ctypes): a batch's distinct ids in
+// first-seen order (as Arrow's dictionary encoding gives them), each id's index into them,
+// and their rows gathered from the table: one hash pass and one gather that asks for rows
+// ahead, where Arrow's encoding and numpy's take were 0.6 and 0.3 ms a W&D step.
+//
 // recrunner_row_adam (a C function, called through ctypes on numpy arrays): the lazy Adam
 // update of a table's touched rows, in place, with the arithmetic of
 // recrunner/train/row_adam.py's numpy update in its order (bit-identical to it, and so to
@@ -279,4 +284,31 @@ extern "C" void recrunner_row_adam(float* weight, float* moments, const int64_t*
       w[k] = start[k] - lr_t * (mk / (std::sqrt(vk) + eps_t));
     }
   }
+}
+
+extern "C" int64_t recrunner_distinct_rows(const int64_t* ids, int64_t count, const float* weight,
+                                           int64_t width, int32_t* index, int64_t* distinct,
+                                           float* values) {
+  int64_t capacity = 16;
+  while (capacity < 2 * count) capacity *= 2;
+  std::vector<int32_t> slots(capacity, -1);  // position in `distinct`, or -1
+  int64_t found = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t id = ids[i];
+    uint64_t h = static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL;
+    int64_t slot = static_cast<int64_t>(h >> 32) & (capacity - 1);
+    while (slots[slot] >= 0 && distinct[slots[slot]] != id) slot = (slot + 1) & (capacity - 1);
+    if (slots[slot] < 0) {
+      slots[slot] = static_cast<int32_t>(found);
+      distinct[found++] = id;
+    }
+    index[i] = slots[slot];
+  }
+  constexpr int64_t kAhead = 8;
+  for (int64_t d = 0; d < found; ++d) {
+    if (d + kAhead < found) __builtin_prefetch(weight + distinct[d + kAhead] * width);
+    std::copy(weight + distinct[d] * width, weight + (distinct[d] + 1) * width,
+              values + d * width);
+  }
+  return found;
 }

@@ -42,6 +42,16 @@ def distinct_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return encoded.dictionary.to_numpy(), encoded.indices.to_numpy()
 
 
+def gather_distinct(ids: np.ndarray, weight: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's distinct ids (first-seen order), each id's index into them, and their rows
+    of the table `weight` (a copy): in one C pass when the fused kernels are on."""
+    table = param_array(weight)
+    if kernels.ready():
+        return kernels.distinct_rows(ids, table)
+    distinct, index = distinct_ids(ids)
+    return distinct, index, np.take(table, distinct, axis=0)
+
+
 class RowAdam:
     """Adam over host-updated id tables (layers with `host_rows` and `touched`), lazy: only the
     rows a step looked up move, as Paddle's `Adam(lazy_mode=True)` on sparse gradients."""
