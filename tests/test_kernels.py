@@ -156,3 +156,22 @@ def test_processes_that_start_together_build_once(tmp_path: Path) -> None:
     assert all("ready True" in out for out, _ in outs)
     assert sum("building recrunner's fused CPU kernels" in err for _, err in outs) == 1
     assert len(list((tmp_path / "ext").glob("recrunner_ops_*/recrunner_ops_*.so"))) == 1
+
+
+def test_distinct_rows_are_arrows_in_first_seen_order_with_their_rows() -> None:
+    if not kernels.ready():
+        pytest.skip("the fused kernels could not be built here (see the warning)")
+    from recrunner.train.row_adam import distinct_ids
+
+    rng = np.random.default_rng(9)
+    table = rng.standard_normal((5000, 7)).astype(np.float32)
+    for size, high in ((1, 5000), (13312, 4000), (600, 3)):  # one id; the batch's; few ids
+        ids = rng.integers(0, high, size=(size // 26 or 1, 26 if size > 26 else size))
+        distinct, index, values = kernels.distinct_rows(ids, table)
+        want_distinct, want_index = distinct_ids(ids)
+        np.testing.assert_array_equal(distinct, want_distinct)
+        np.testing.assert_array_equal(index.reshape(-1), want_index)
+        assert index.shape == ids.shape and index.dtype == np.int32
+        np.testing.assert_array_equal(values, table[distinct])
+    with pytest.raises(ValueError, match="outside the table's 5000 rows"):
+        kernels.distinct_rows(np.array([[4999, 5000]]), table)
