@@ -290,7 +290,7 @@ class FieldNet(nn.Layer):
         self.dim = cfg.sparse_feature_dim
         self.embedding = table
 
-    def field_inputs(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> "FieldInputs":
+    def field_inputs(self, dense: paddle.Tensor, sparse_ids: paddle.Tensor) -> FieldInputs:
         """What a field model reads from its table and dense features (FieldInputs). Training
         in dygraph with single-valued fields, one fused kernel makes all of it from the
         batch's distinct rows (recrunner/kernels); otherwise the plain lookup and layers."""
