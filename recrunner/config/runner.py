@@ -36,9 +36,10 @@ class RunnerConfig:
     target_auc: float | None = None
     # CPU threads for Paddle's kernels (shared out among a local fleet job's processes).
     threads: int = 2
-    # The dygraph training step's fused CPU kernels (recrunner/kernels: a dense layer's bias,
-    # ReLU and their gradients in one pass each), built for this machine on first use; where
-    # they cannot be built, or when false, Paddle's plain operators (slower, same model).
+    # The dygraph training step's fused CPU kernels (recrunner/kernels: dense layers, the
+    # field inputs, the tables' distinct rows and lazy Adam), built with g++ for this machine
+    # on first use; where they cannot be built, or when false, Paddle's plain operators
+    # (slower, the same model bit for bit).
     fused_kernels: bool = True
     progress: bool = True
     log_every_steps: int = 200

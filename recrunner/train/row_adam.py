@@ -4,11 +4,11 @@ Why not Paddle's own lazy Adam: a W&D step at batch 512 touches ~3,900 of the ta
 1,000,001 rows, and Paddle 3.0 builds a SelectedRows gradient, merges it and updates those
 rows through its sparse kernel. Here the table's lookup gathers the distinct rows into a small
 dense leaf tensor (blocks.IdTable with `host_rows`), autograd gives that leaf's gradient, and
-the update runs in numpy on the parameter's own memory (a zero-copy view), with the
-arithmetic of Paddle's CPU kernel (`SparseAdamFunctor`, lazy mode) in its order and
-precision: the result is bit-identical (tests/test_row_adam.py). A W&D step is 3-5% faster
-(interleaved in one process, docs/performance.md); most of what is left is random access to
-the table's and moments' rows.
+the update runs on the parameter's own memory (a zero-copy view), with the arithmetic of
+Paddle's CPU kernel (`SparseAdamFunctor`, lazy mode) in its order and precision: in one C
+pass that prefetches the rows (recrunner/kernels) or, where those kernels are off, in numpy;
+either is bit-identical to Paddle's (tests/test_row_adam.py). What the update costs is
+random access to the table's and moments' rows.
 
 Only for a process that updates alone (mode=local): DataParallel all-reduces parameter
 gradients, which the leaf's gradient is not, so collective runs keep Paddle's optimizer.
@@ -107,18 +107,8 @@ class RowAdam:
         if kernels.ready():  # the same arithmetic in one C pass (recrunner/kernels/ops.cc)
             kernels.row_adam(weight, moments, rows, grad, values, lr_t, eps_t,
                              np.float32(b1), np.float32(b2))
-            pows[0], pows[1] = b1_pow, b2_pow
-            return
-        state = np.take(moments, rows, axis=0)  # [n, 2, width]
-        m, v = state[:, 0], state[:, 1]
-        # (1 - beta) in float32 as the kernel has it: float32(1 - 0.999) is 1.3e-5 off that.
-        m *= np.float32(b1)
-        m += (one - np.float32(b1)) * grad
-        v *= np.float32(b2)
-        v += (one - np.float32(b2)) * grad * grad
-        values -= lr_t * (m / (np.sqrt(v) + eps_t))
-        _put_rows(weight, rows, values)
-        _put_rows(moments.reshape(len(moments), -1), rows, state.reshape(len(rows), -1))
+        else:
+            _numpy_update(weight, moments, rows, grad, values, lr_t, eps_t, b1, b2)
         pows[0], pows[1] = b1_pow, b2_pow
 
     # Paddle Adam's state-dict layout: <param>_moment1_0 / _moment2_0 [rows, width] and the
@@ -144,6 +134,24 @@ class RowAdam:
             moments[:, 1] = _array(state[f"{name}_moment2_0"])
             pows[0] = np.float32(_array(state[f"{name}_beta1_pow_acc_0"]).reshape(-1)[0])
             pows[1] = np.float32(_array(state[f"{name}_beta2_pow_acc_0"]).reshape(-1)[0])
+
+
+def _numpy_update(weight: np.ndarray, moments: np.ndarray, rows: np.ndarray, grad: np.ndarray,
+                  values: np.ndarray, lr_t: np.float32, eps_t: np.float32, b1: float,
+                  b2: float) -> None:
+    """RowAdam's update in numpy, where the fused kernels are off or unavailable: `values`
+    are the rows before the step; the rows and their moments are written back."""
+    one = np.float32(1)
+    state = np.take(moments, rows, axis=0)  # [n, 2, width]
+    m, v = state[:, 0], state[:, 1]
+    # (1 - beta) in float32 as the kernel has it: float32(1 - 0.999) is 1.3e-5 off that.
+    m *= np.float32(b1)
+    m += (one - np.float32(b1)) * grad
+    v *= np.float32(b2)
+    v += (one - np.float32(b2)) * grad * grad
+    values -= lr_t * (m / (np.sqrt(v) + eps_t))
+    _put_rows(weight, rows, values)
+    _put_rows(moments.reshape(len(moments), -1), rows, state.reshape(len(rows), -1))
 
 
 def _array(value: Any) -> np.ndarray:
