@@ -17,13 +17,15 @@ log = logging.getLogger(__name__)
 _enabled = True
 _ready: bool | None = None  # None: not tried in this process yet
 _library: ctypes.CDLL | None = None  # ops.cc's C functions
+_threads = 1  # runner.threads: the tables' update splits its rows over up to two
 
 
-def configure(enabled: bool) -> None:
-    """Use the fused kernels (when they can be built) or Paddle's plain operators; a
-    training process sets this from runner.fused_kernels before its first step."""
-    global _enabled
-    _enabled = enabled
+def configure(enabled: bool, threads: int = 1) -> None:
+    """Use the fused kernels (when they can be built) or Paddle's plain operators, with up to
+    `threads` threads; a training process sets this from runner.fused_kernels and
+    runner.threads before its first step."""
+    global _enabled, _threads
+    _enabled, _threads = enabled, threads
 
 
 def ready() -> bool:
@@ -90,7 +92,8 @@ def row_adam(weight: np.ndarray, moments: np.ndarray, rows: np.ndarray, grad: np
         pointer(weight.ctypes.data), pointer(moments.ctypes.data), pointer(rows.ctypes.data),
         ctypes.c_int64(len(rows)), ctypes.c_int64(width), pointer(grad.ctypes.data),
         pointer(values.ctypes.data), ctypes.c_float(float(lr_t)),
-        ctypes.c_float(float(eps_t)), ctypes.c_float(float(beta1)), ctypes.c_float(float(beta2)))
+        ctypes.c_float(float(eps_t)), ctypes.c_float(float(beta1)), ctypes.c_float(float(beta2)),
+        ctypes.c_int(min(_threads, 2)))
 
 
 def distinct_rows(ids: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray,

@@ -41,7 +41,7 @@ class DygraphEngine:
                               cfg.runner.table_learning_rate, optim.epoch_decays(cfg.runner),
                               host_tables=group.updates_alone)
         self.predict_fn = net_predictor(self.net)
-        kernels.configure(cfg.runner.fused_kernels)
+        kernels.configure(cfg.runner.fused_kernels, cfg.runner.threads)
         kernels.ready()  # built (once per machine) before the first step, not within it
         self.expected_examples = reader.estimate_rows(cfg.dataset.train)
 
