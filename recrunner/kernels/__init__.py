@@ -102,8 +102,6 @@ def distinct_rows(ids: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.n
     as `ids`) and their rows of `weight` [R, W] (a copy); ops.cc."""
     assert _library is not None, "kernels.ready() first"
     flat = np.ascontiguousarray(ids, np.int64).reshape(-1)
-    if flat.size and (flat.min() < 0 or flat.max() >= len(weight)):
-        raise ValueError(f"ids outside the table's {len(weight)} rows")
     if not (weight.flags.c_contiguous and weight.dtype == np.float32 and weight.ndim == 2):
         raise ValueError("distinct_rows takes a C-contiguous float32 table")
     index = np.empty(flat.size, np.int32)
@@ -112,6 +110,8 @@ def distinct_rows(ids: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.n
     pointer = ctypes.c_void_p
     found = _library.recrunner_distinct_rows(
         pointer(flat.ctypes.data), ctypes.c_int64(flat.size), pointer(weight.ctypes.data),
-        ctypes.c_int64(weight.shape[1]), pointer(index.ctypes.data),
-        pointer(distinct.ctypes.data), pointer(values.ctypes.data))
+        ctypes.c_int64(len(weight)), ctypes.c_int64(weight.shape[1]),
+        pointer(index.ctypes.data), pointer(distinct.ctypes.data), pointer(values.ctypes.data))
+    if found < 0:  # checked in the C pass, not in two more passes over the ids
+        raise ValueError(f"ids outside the table's {len(weight)} rows")
     return distinct[:found].copy(), index.reshape(ids.shape), values[:found]

@@ -308,15 +308,17 @@ extern "C" void recrunner_row_adam(float* weight, float* moments, const int64_t*
   second.join();
 }
 
+// Returns the number of distinct ids, or -1 when an id lies outside the table's `rows`.
 extern "C" int64_t recrunner_distinct_rows(const int64_t* ids, int64_t count, const float* weight,
-                                           int64_t width, int32_t* index, int64_t* distinct,
-                                           float* values) {
+                                           int64_t rows, int64_t width, int32_t* index,
+                                           int64_t* distinct, float* values) {
   int64_t capacity = 16;
   while (capacity < 2 * count) capacity *= 2;
   std::vector<int32_t> slots(capacity, -1);  // position in `distinct`, or -1
   int64_t found = 0;
   for (int64_t i = 0; i < count; ++i) {
     const int64_t id = ids[i];
+    if (id < 0 || id >= rows) return -1;  // outside the table: nothing is gathered
     uint64_t h = static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ULL;
     int64_t slot = static_cast<int64_t>(h >> 32) & (capacity - 1);
     while (slots[slot] >= 0 && distinct[slots[slot]] != id) slot = (slot + 1) & (capacity - 1);
