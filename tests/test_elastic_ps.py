@@ -146,9 +146,56 @@ def test_task_queue_rules_on_a_real_etcd(tmp_path: Path) -> None:
         assert queue.complete(1, tasks[0], "2")
         assert queue.tries(1) == {0: 2, 1: 1}
         assert queue.done(1) == {0: "2", 1: "2"}
+        # Paused (a checkpoint waits for the claims in flight): no claim is taken, even by a
+        # trainer that read the queue open before the pause.
+        queue.open_epoch(2)
+        queue.pause(True)
+        assert queue.claim(2, tasks, "2", b) is None and queue.claims(2) == {}
+        queue.pause(False)
+        resumed = queue.claim(2, tasks, "2", b)
+        assert resumed is not None and resumed.id == 0
         assert queue.take_id("x") == 1 and queue.take_id("y") == 2
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(("moves", "saves", "fails"), [(0, 1, False), (1, 2, False),
+                                                     (5, 3, True)])
+def test_a_mid_epoch_save_the_servers_moved_under_is_not_kept(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, moves: int, saves: int,
+        fails: bool) -> None:
+    """A trainer past its lease may still push while the master saves: the save is taken
+    again while the dense parameters moved under it, and the job fails rather than keep one.
+    (The servers here are the engine's reads: a stalled trainer cannot be timed reliably.)"""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from recrunner.elasticps import master
+    from recrunner.fleet.roles import DistError
+    from recrunner.train.engine import ModelState
+
+    engine = object.__new__(master.MasterEngine)
+    engine.cfg = SimpleNamespace(mode=SimpleNamespace(elastic=SimpleNamespace(task_timeout_s=0)))
+    value = [0.0]
+    calls = []
+
+    def save_state(root: Path, name: str) -> ModelState:
+        calls.append(name)
+        if len(calls) <= moves:
+            value[0] += 1.0  # a push lands during the save
+        return ModelState({"w": np.full(3, value[0], np.float32)}, {}, {})
+
+    monkeypatch.setattr(engine, "begin_eval", lambda: None, raising=False)
+    monkeypatch.setattr(engine, "dense_state",
+                        lambda: {"w": np.full(3, value[0], np.float32)}, raising=False)
+    monkeypatch.setattr(engine, "save_state", save_state, raising=False)
+    if fails:
+        with pytest.raises(DistError, match="kept moving over 3 tries"):
+            engine.save_still(tmp_path, "1.5.ps")
+    else:
+        assert engine.save_still(tmp_path, "1.5.ps").net["w"][0] == value[0]
+    assert calls == ["1.5.ps"] * saves
 
 
 def test_plan_cuts_whole_lines_that_cover_the_file(tmp_path: Path) -> None:

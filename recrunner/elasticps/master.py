@@ -17,9 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from recrunner.elasticps.members import Roster
 from recrunner.elasticps.tasks import Task, TaskQueue, plan
 from recrunner.fleet.ps import PsEngine
+from recrunner.fleet.roles import DistError
 from recrunner.train import midepoch
 from recrunner.train.checkpoint import Checkpoint
 from recrunner.train.driver import RunDriver
@@ -27,6 +30,7 @@ from recrunner.train.engine import EpochStats, ModelState, OnStep
 
 log = logging.getLogger("recrunner.elasticps")
 POLL_S = 0.25
+SAVE_TRIES = 3  # mid-epoch saves that found the servers moving before the job fails
 
 
 class MasterEngine(PsEngine):
@@ -121,7 +125,7 @@ class MasterEngine(PsEngine):
             # the driver heard of (MidEpoch adds those to the checkpoint's counts).
             before = self.position, self.epoch_rows
             self.count(done)
-            state = self.save_state(checkpoint_root, f"{epoch}.{self.position}.ps")
+            state = self.save_still(checkpoint_root, f"{epoch}.{self.position}.ps")
         finally:
             self.queue.pause(False)
         log.info("mid-epoch checkpoint: %d tasks done; the trainers were held %.1f s (%.1f s "
@@ -135,6 +139,26 @@ class MasterEngine(PsEngine):
                                             + self.retried(epoch + 1)},
                                   "rows_trained": self.rows_trained}
         return state
+
+    def save_still(self, checkpoint_root: Path, name: str) -> ModelState:
+        """save_state, with the servers' dense parameters the same before and after it: a
+        trainer stalled past its lease (its claim gone, so wait_idle did not wait for it) may
+        still push, and a save it moves would hold tables and dense parameters from different
+        moments. Saved again once that trainer has had time to finish; never kept moved."""
+        for attempt in range(SAVE_TRIES):
+            self.begin_eval()
+            before = self.dense_state()
+            state = self.save_state(checkpoint_root, name)
+            moved = [k for k, v in before.items() if not np.array_equal(v, state.net[k])]
+            if not moved:
+                return state
+            log.warning("mid-epoch checkpoint: %s moved on the servers while it was saved (a "
+                        "trainer stalled past mode.elastic.task_timeout_s still pushing)%s",
+                        moved[0], "; saving again" if attempt + 1 < SAVE_TRIES else "")
+            if attempt + 1 < SAVE_TRIES:
+                time.sleep(self.cfg.mode.elastic.task_timeout_s)
+        raise DistError(f"a mid-epoch checkpoint could not be saved: the servers' parameters "
+                        f"kept moving over {SAVE_TRIES} tries while every task was held")
 
     def restore(self, ckpt: Checkpoint, state: ModelState) -> None:
         super().restore(ckpt, state)

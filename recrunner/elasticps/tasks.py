@@ -139,15 +139,21 @@ class TaskQueue:
         return (int(epoch) if epoch else None, "paused" in keys, "finished" in keys)
 
     def claim(self, epoch: int, tasks: list[Task], trainer: str, lease: int) -> Task | None:
-        """The first open task of `epoch`, now claimed by `trainer` (None: none open)."""
+        """The first open task of `epoch`, now claimed by `trainer` (None: none open, or the
+        queue is paused). The pause is in the claim's transaction: a trainer that read the
+        queue open just before the master paused it must not start a task the master's
+        checkpoint has stopped waiting for."""
         taken = set(self.done(epoch)) | set(self.claims(epoch))
         for task in tasks:
             if task.id in taken:
                 continue
             if self.etcd.create(self.key("e", epoch, "claim", task.id), trainer, lease,
-                                absent=(self.key("e", epoch, "done", task.id),)):
+                                absent=(self.key("e", epoch, "done", task.id),
+                                        self.key("paused"))):
                 self.etcd.put(self.key("e", epoch, "tried", task.id, trainer), "")
                 return task
+            if self.etcd.get(self.key("paused")) is not None:
+                return None  # not another trainer's claim: the pause
         return None
 
     def complete(self, epoch: int, task: Task, trainer: str) -> bool:
