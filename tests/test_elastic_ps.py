@@ -176,7 +176,8 @@ def test_a_mid_epoch_save_the_servers_moved_under_is_not_kept(
     from recrunner.train.engine import ModelState
 
     engine = object.__new__(master.MasterEngine)
-    engine.cfg = SimpleNamespace(mode=SimpleNamespace(elastic=SimpleNamespace(task_timeout_s=0)))
+    monkeypatch.setattr(engine, "cfg", SimpleNamespace(
+        mode=SimpleNamespace(elastic=SimpleNamespace(task_timeout_s=0))), raising=False)
     value = [0.0]
     calls = []
 
