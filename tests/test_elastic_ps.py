@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun, synth_split
+from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun, synth_split, train_export
+from tests.test_one_model import AUC_GAP
 from tests.test_secrets import FAKE, leaks
 
 needs_etcd = pytest.mark.skipif(shutil.which("etcd") is None,
@@ -32,11 +33,10 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def reference_auc(tmp_path_factory: pytest.TempPathFactory, data: dict[str, str]) -> float:
-    """The undisturbed fixed-size PS job with the same trainer count, on the same data."""
-    out = tmp_path_factory.mktemp("fixed-ps")
-    proc = recrun("train", *SMALL_MODEL, *PS, *data_overrides(data), f"runner.output_dir={out}",
-                  timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    """The plain local run of the same config on the same data (in this process: a few
+    seconds, where a fixed-size PS job as the reference cost ~35 s of the suite)."""
+    out = tmp_path_factory.mktemp("local")
+    train_export(data, out)
     return float(json.loads((out / "summary.json").read_text())["auc"])
 
 
@@ -114,8 +114,10 @@ def test_trainers_come_and_go_and_a_lost_server_resumes_mid_epoch(
     left = [e for e in events(run, "trainers") if e["left"] == [victim]]
     assert left and left[0]["tasks_requeued"] == 1, events(run, "trainers")
     assert any(e["trainers_after"] == 3 for e in events(run, "trainers"))
-    # Measured: 0.8078 undisturbed against 0.8073 for the fixed-size job.
-    assert abs(summary["auc"] - reference_auc) < 0.01, (summary["auc"], reference_auc)
+    # Against the local run, async PS's bound in the matrix (tests/test_one_model.py; here the
+    # fixed-size PS job came 0.0065 short of local, 0.8377 vs 0.8442).
+    assert abs(summary["auc"] - reference_auc) < AUC_GAP["ps-async"], \
+        (summary["auc"], reference_auc)
     assert not leaks(out + err) and not leaks(b"".join(
         p.read_bytes() for p in run.rglob("*log*") if p.is_file()))
 
