@@ -4,6 +4,7 @@ the server refusing an engine that is not."""
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -293,3 +294,67 @@ def test_recrun_train_fails_with_one_line_when_the_export_check_fails(run: Run, 
     from recrunner.atomic import TEMP
 
     assert not [p for p in run.export.parent.iterdir() if TEMP.match(p.name)]  # no temp left
+
+
+# Run in a fresh process: the zoo's tracing is marked for the process by the first export.
+CONVERTED_VS_TRACED = r'''
+import sys
+from pathlib import Path
+
+import paddle
+import paddle.nn.functional as F
+from paddle.static import InputSpec
+
+from recrunner.config.compose import load
+from recrunner.export import save_export
+from recrunner.models import model_names
+from recrunner.train.build import build_net, dataset_schema
+
+out = Path(sys.argv[1])
+nets = {}
+for name in model_names():
+    cfg = load([f"model={name}"])
+    nets[name] = (build_net(cfg), dataset_schema(cfg))
+
+
+class WithProbability(paddle.nn.Layer):  # save_export's wrapper, as dy2static converts it
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, dense, sparse_ids):
+        return F.sigmoid(self.inner(dense, sparse_ids))
+
+
+for name, (net, schema) in nets.items():  # every conversion before the first save_export
+    net.eval()
+    paddle.jit.save(WithProbability(net), str(out / name / "converted" / "model"), input_spec=[
+        InputSpec([None, schema.num_dense], "float32", "dense"),
+        InputSpec([None, schema.sparse_width], "int64", "sparse_ids")])
+for name, (net, schema) in nets.items():
+    save_export(net, out / name / "traced", schema, name)
+    # Traced: the export marked the zoo's layers as dy2static's not_to_static does.
+    from paddle.jit.dy2static.program_translator import CONVERSION_OPTIONS
+    assert getattr(type(net).forward, CONVERSION_OPTIONS).not_convert, name
+'''
+
+
+def test_the_zoo_traced_by_export_gives_the_program_dy2static_converts(tmp_path: Path) -> None:
+    """save_export traces the bundled zoo's layers (recrunner.export.write.trace_zoo_layers):
+    the program written is the one dy2static's source conversion writes."""
+    from recrunner.models import model_names
+
+    script = tmp_path / "convert_then_trace.py"
+    script.write_text(CONVERTED_VS_TRACED)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    def program(path: Path) -> str:
+        # Each op's struct_name ("/Net_6/IdTable/") counts the layers this process has built
+        # so far, not how the program was made: blanked.
+        return re.sub(r'"D":"[^"]*"\},"N":"struct_name"', '"D":""},"N":"struct_name"',
+                      path.read_text())
+
+    for name in model_names():
+        converted = program(tmp_path / name / "converted" / "model.json")
+        assert program(tmp_path / name / "traced" / "model.json") == converted, name

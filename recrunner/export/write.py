@@ -67,6 +67,7 @@ def save_export(net: Any, export_dir: str | Path, schema: Schema, model_name: st
         **(extra or {}),
     }
     model = WithProbability(net) if schema.num_dense else IdsOnly(net)
+    trace_zoo_layers(net)
     was_training = net.training
     model.eval()
     atomic.clean_temps(export_dir.parent)
@@ -99,6 +100,25 @@ def save_export(net: Any, export_dir: str | Path, schema: Schema, model_name: st
     finally:
         net.train() if was_training else net.eval()
     return export_dir
+
+
+def trace_zoo_layers(net: Any) -> None:
+    """Let jit.save trace the bundled zoo's code instead of rewriting its source first
+    (dy2static's AST conversion, 0.3-0.6 s of an export here): the zoo's forward code branches
+    only on Python values (the config, training or not, dygraph or not), never on a tensor's,
+    so running it as it is on static values records the same program (every zoo model's
+    model.json equal to the converted one's but for the layers' name counters:
+    tests/test_export.py), as mode=ps builds its static Program from the same code. A plugin
+    model's layers are converted as before: its code may branch on a tensor. Marks the zoo's
+    classes and module for this process (dy2static only)."""
+    import paddle
+
+    import recrunner.zoo
+
+    paddle.jit.ignore_module([recrunner.zoo])  # its functions and methods, by file path
+    for layer in net.sublayers(include_self=True):  # layers are converted by their forward
+        if type(layer).__module__.startswith(recrunner.zoo.__name__ + "."):
+            paddle.jit.not_to_static(type(layer).forward)
 
 
 def vouched_files(folder: Path) -> list[str]:
