@@ -50,14 +50,6 @@ def shared_file(relative: str) -> Path:
 # fixture runs on the worker that holds its module's other such tests (`xdist_group`), so a
 # module's expensive fixture is not built twice.
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one worker more than the cores. The fleet tests spend part of their time
-    waiting (process start-ups, etcd leases, kills and restarts), which a third worker on 2
-    cores fills: the whole suite in 1,214 s against 1,338 s with two (2026-11-29, vmstat: 8%
-    idle left)."""
-    return (os.cpu_count() or 1) + 1
-
-
 def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The directory every worker of this session sees (the session's own without xdist)."""
     base = tmp_path_factory.getbasetemp()
