@@ -260,14 +260,14 @@ PD_BUILD_GRAD_OP(recrunner_fields)
 namespace {
 
 void RowAdamRange(float* weight, float* moments, const int64_t* rows, int64_t begin,
-                  int64_t count, int64_t width, const float* grad, const float* values,
+                  int64_t end, int64_t width, const float* grad, const float* values,
                   float lr_t, float eps_t, float beta1, float beta2) {
   const float c1 = 1.0f - beta1, c2 = 1.0f - beta2;
   // The rows are scattered over tables of millions of rows: each is a cache (and TLB) miss.
   // Asking for the rows a few ahead keeps several misses in flight instead of one.
   constexpr int64_t kAhead = 8;
-  for (int64_t i = begin; i < count; ++i) {
-    if (i + kAhead < count) {
+  for (int64_t i = begin; i < end; ++i) {
+    if (i + kAhead < end) {
       const int64_t next = rows[i + kAhead];
       __builtin_prefetch(weight + next * width, 1);
       __builtin_prefetch(moments + next * 2 * width, 1);
