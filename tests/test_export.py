@@ -331,11 +331,17 @@ for name, (net, schema) in nets.items():  # every conversion before the first sa
     paddle.jit.save(WithProbability(net), str(out / name / "converted" / "model"), input_spec=[
         InputSpec([None, schema.num_dense], "float32", "dense"),
         InputSpec([None, schema.sparse_width], "int64", "sparse_ids")])
+saved = []  # the layers save_export hands to jit.save: its sigmoid wrapper
+jit_save = paddle.jit.save
+paddle.jit.save = lambda layer, *args, **kwargs: (saved.append(layer),
+                                                  jit_save(layer, *args, **kwargs))
 for name, (net, schema) in nets.items():
     save_export(net, out / name / "traced", schema, name)
-    # Traced: the export marked the zoo's layers as dy2static's not_to_static does.
+    # Traced: the export marked the zoo's layers, and its wrapper, as dy2static's
+    # not_to_static does.
     from paddle.jit.dy2static.program_translator import CONVERSION_OPTIONS
     assert getattr(type(net).forward, CONVERSION_OPTIONS).not_convert, name
+    assert getattr(type(saved[-1]).forward, CONVERSION_OPTIONS).not_convert, name
 '''
 
 

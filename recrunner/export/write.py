@@ -67,7 +67,7 @@ def save_export(net: Any, export_dir: str | Path, schema: Schema, model_name: st
         **(extra or {}),
     }
     model = WithProbability(net) if schema.num_dense else IdsOnly(net)
-    trace_zoo_layers(net)
+    trace_zoo_layers(net, model)
     was_training = net.training
     model.eval()
     atomic.clean_temps(export_dir.parent)
@@ -102,7 +102,7 @@ def save_export(net: Any, export_dir: str | Path, schema: Schema, model_name: st
     return export_dir
 
 
-def trace_zoo_layers(net: Any) -> None:
+def trace_zoo_layers(net: Any, wrapper: Any) -> None:
     """Let jit.save trace the bundled zoo's code instead of rewriting its source first
     (dy2static's AST conversion, 0.3-0.6 s of an export here): the zoo's forward code branches
     only on Python values (the config, training or not, dygraph or not), never on a tensor's,
@@ -110,7 +110,10 @@ def trace_zoo_layers(net: Any) -> None:
     model.json equal to the converted one's but for the layers' name counters:
     tests/test_export.py), as mode=ps builds its static Program from the same code. A plugin
     model's layers are converted as before: its code may branch on a tensor. Marks the zoo's
-    classes and module for this process (dy2static only)."""
+    classes and module for this process (dy2static only). `wrapper` (save_export's sigmoid
+    around a zoo net) is traced too: converted, its source check alone cost ~0.8 s of an
+    export (dy2static scans numpy's members); a plugin net's wrapper must stay converted, or
+    the plugin's forward would run unconverted inside it."""
     import paddle
 
     import recrunner.zoo
@@ -119,6 +122,8 @@ def trace_zoo_layers(net: Any) -> None:
     for layer in net.sublayers(include_self=True):  # layers are converted by their forward
         if type(layer).__module__.startswith(recrunner.zoo.__name__ + "."):
             paddle.jit.not_to_static(type(layer).forward)
+    if type(net).__module__.startswith(recrunner.zoo.__name__ + "."):
+        paddle.jit.not_to_static(type(wrapper).forward)
 
 
 def vouched_files(folder: Path) -> list[str]:
