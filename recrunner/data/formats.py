@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from recrunner.data.arrow_numpy import to_numpy
 from recrunner.data.batch import Batch
 from recrunner.data.errors import BlockInvalid, DataError
 from recrunner.data.hashing import bucket_ids, hash_byte_strings
@@ -90,7 +91,7 @@ def _labels(table: pa.Table, column: str) -> np.ndarray:
         values = chunk.dictionary.to_pylist()
         if chunk.null_count or not set(values) <= set(LABELS):
             raise BlockInvalid("label not 0/1")
-        out.append(np.array([v == "1" for v in values], np.float32)[chunk.indices.to_numpy()])
+        out.append(np.array([v == "1" for v in values], np.float32)[to_numpy(chunk.indices)])
     return np.concatenate(out)
 
 
@@ -98,7 +99,7 @@ def _dense(table: pa.Table, columns: list[str]) -> np.ndarray:
     raw = np.empty((table.num_rows, len(columns)), np.float32)
     nulls = 0
     for j, name in enumerate(columns):
-        raw[:, j] = table.column(name).to_numpy(zero_copy_only=False)
+        raw[:, j] = to_numpy(table.column(name))
         nulls += table.column(name).null_count
     if np.isinf(raw).any():
         raise BlockInvalid("infinite dense value")
@@ -305,7 +306,7 @@ class SlotFormat:
             raise BlockInvalid("missing dense value")
         sparse = np.empty((table.num_rows, len(self.sparse_cols)), np.int64)
         for j, c in enumerate(self.sparse_cols):
-            sparse[:, j] = table.column(c).to_numpy()
+            sparse[:, j] = to_numpy(table.column(c))
         if (sparse < self._lo).any() or (sparse >= self._hi).any():
             raise BlockInvalid("id out of range")
         return Batch(dense, sparse, label)

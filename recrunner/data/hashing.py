@@ -9,6 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from recrunner.data.arrow_numpy import to_numpy
+
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
 
@@ -49,7 +51,7 @@ def hash_strings(values: pa.Array, salt: int | np.ndarray) -> np.ndarray:
     data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.empty(0, np.uint8)
     lengths = np.diff(offsets)
     if values.null_count:
-        lengths = np.where(values.is_null().to_numpy(zero_copy_only=False), 0, lengths)
+        lengths = np.where(to_numpy(values.is_null()), 0, lengths)
     return _hash_bytes(data, offsets[:-1], lengths, salt)
 
 
@@ -127,7 +129,7 @@ def hash_to_buckets(column: pa.Array | pa.ChunkedArray, salt: int, buckets: int,
                 idx = pc.fill_null(chunk.indices, len(chunk.dictionary))
             else:
                 idx = chunk.indices
-            out.append(table[idx.to_numpy()])
+            out.append(table[to_numpy(idx)])
         else:
             out.append(bucket_ids(hash_strings(chunk, salt), buckets, offset))
     return np.concatenate(out) if out else np.empty(0, np.int64)

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from recrunner.data.arrow_numpy import from_numpy, to_numpy
 from recrunner.data.errors import BlockInvalid
 from recrunner.data.hashing import bucket_ids, hash_strings, hash_to_buckets
 from recrunner.data.schema import Field, Schema
@@ -45,7 +46,7 @@ def _per_distinct(column: Column, width: int, fn: Callable[[pa.Array], np.ndarra
         if chunk.null_count:  # a null is the empty string
             values = pa.concat_arrays([values, pa.array([""], pa.string())])
             idx = pc.fill_null(idx, len(chunk.dictionary))
-        out.append(fn(values)[idx.to_numpy()])
+        out.append(fn(values)[to_numpy(idx)])
     return np.concatenate(out)
 
 
@@ -66,11 +67,11 @@ def _derived_ids(f: Field, column: Column) -> np.ndarray:
 def _multi_ids(f: Field, column: Column, pad_id: int) -> np.ndarray:
     def table(values: pa.Array) -> np.ndarray:
         lists = pc.split_pattern(values, f.multi_value)
-        counts = np.diff(lists.offsets.to_numpy())
+        counts = np.diff(to_numpy(lists.offsets))
         tokens = lists.flatten()
         row = np.repeat(np.arange(len(values)), counts)
-        keep = pc.binary_length(tokens).to_numpy(zero_copy_only=False) > 0  # "a||b", ""
-        row, tokens = row[keep], tokens.filter(pa.array(keep))
+        keep = to_numpy(pc.binary_length(tokens)) > 0  # "a||b", ""
+        row, tokens = row[keep], tokens.filter(from_numpy(keep))
         kept = np.bincount(row, minlength=len(values))
         if not f.allow_empty and (kept == 0).any():
             raise BlockInvalid(f"{f.column}: empty multi-valued field")
@@ -78,7 +79,7 @@ def _multi_ids(f: Field, column: Column, pad_id: int) -> np.ndarray:
         first = pos < f.width  # values past max_len are dropped
         out = np.full((len(values), f.width), pad_id, np.int64)
         out[row[first], pos[first]] = hash_to_buckets(
-            tokens.filter(pa.array(first)), f.salt, f.buckets, f.offset)
+            tokens.filter(from_numpy(first)), f.salt, f.buckets, f.offset)
         return out
 
     return _per_distinct(column, f.width, table)
@@ -118,7 +119,7 @@ def plain_ids(schema: Schema, columns: Mapping[str, Column], n: int) -> np.ndarr
     out = np.empty((n, len(chunks)), np.int64)
     start = 0
     for k, (chunk, size) in enumerate(zip(chunks, sizes, strict=True)):
-        out[:, k] = ids[start:start + size][chunk.indices.to_numpy()]
+        out[:, k] = ids[start:start + size][to_numpy(chunk.indices)]
         start += size
     return out
 

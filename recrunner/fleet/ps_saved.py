@@ -63,6 +63,8 @@ def file_blocks(part: Path, width: int | None) -> Iterator[tuple[np.ndarray, np.
     import pyarrow as pa
     import pyarrow.csv as pc
 
+    from recrunner.data.arrow_numpy import to_numpy
+
     with open(part, "rb") as fh:
         compression = "gzip" if fh.read(2) == b"\x1f\x8b" else None
     first = _first_line(part, compression)
@@ -83,10 +85,10 @@ def file_blocks(part: Path, width: int | None) -> Iterator[tuple[np.ndarray, np.
             convert_options=pc.ConvertOptions(include_columns=[names[i] for i in keep],
                                               column_types=types))
         for batch in reader:
-            ids = batch.column(0).to_numpy()
+            ids = to_numpy(batch.column(0))
             rows = np.empty((len(ids), len(keep) - 1), np.float32)
             for j in range(1, len(keep)):
-                rows[:, j - 1] = batch.column(j).to_numpy()
+                rows[:, j - 1] = to_numpy(batch.column(j))
             yield ids, rows
     except (pa.ArrowInvalid, OSError, EOFError) as exc:
         raise RecrunnerError(f"{part}: not a saved table ({' '.join(str(exc).split())[:200]})"

@@ -17,6 +17,7 @@ import pyarrow.csv as pacsv
 
 from recrunner import atomic
 from recrunner.config.dataset import DatasetConfig
+from recrunner.data.arrow_numpy import from_numpy
 from recrunner.data.batch import Batch
 from recrunner.data.errors import RowErrors
 from recrunner.data.reader import Shard, expand_paths, iter_examples
@@ -28,12 +29,12 @@ MANIFEST = "manifest.json"
 
 def batch_table(batch: Batch) -> pa.Table:
     n = len(batch)
-    cols: list[pa.Array] = [pa.array(np.ones(n, np.int8)), pa.array(batch.label)]
+    cols: list[pa.Array] = [from_numpy(np.ones(n, np.int8)), from_numpy(batch.label)]
     if batch.dense.shape[1]:  # no dense features: no dense slot (nor input)
-        cols.append(pa.array(np.full(n, batch.dense.shape[1], np.int32)))
-        cols += [pa.array(batch.dense[:, j]) for j in range(batch.dense.shape[1])]
-    cols.append(pa.array(np.full(n, batch.sparse.shape[1], np.int32)))
-    cols += [pa.array(batch.sparse[:, j]) for j in range(batch.sparse.shape[1])]
+        cols.append(from_numpy(np.full(n, batch.dense.shape[1], np.int32)))
+        cols += [from_numpy(batch.dense[:, j]) for j in range(batch.dense.shape[1])]
+    cols.append(from_numpy(np.full(n, batch.sparse.shape[1], np.int32)))
+    cols += [from_numpy(batch.sparse[:, j]) for j in range(batch.sparse.shape[1])]
     return pa.Table.from_arrays(cols, names=[f"c{i}" for i in range(len(cols))])
 
 

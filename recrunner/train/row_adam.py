@@ -35,11 +35,12 @@ def distinct_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct ids of a batch (first-seen order) and each id's index into them: Arrow's
     hash-based dictionary encoding, 2.5x np.unique's sort (0.21 vs 0.52 ms for 13,312 ids).
     The host update needs no sorted rows; Paddle's lazy Adam does (blocks.IdTable)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    encoded = pc.dictionary_encode(pa.array(ids.reshape(-1)))
-    return encoded.dictionary.to_numpy(), encoded.indices.to_numpy()
+    from recrunner.data.arrow_numpy import from_numpy, to_numpy
+
+    encoded = pc.dictionary_encode(from_numpy(ids.reshape(-1)))
+    return to_numpy(encoded.dictionary), to_numpy(encoded.indices)
 
 
 def gather_distinct(ids: np.ndarray, weight: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
