@@ -3,7 +3,6 @@
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from recrunner.config.autoscale import AutoscaleConfig
@@ -91,6 +90,10 @@ def register_configs() -> None:
     already is left: storing builds a schema's OmegaConf node (0.12 s here for all of them, a
     third of a composition), and the schemas do not change while a process runs. A model
     plugin installed since is stored on the next call."""
+    # Imported here: a process that loads a resolved config file (a fleet worker, a pod)
+    # never composes, and Hydra's import is 0.3 s of its start.
+    from hydra.core.config_store import ConfigStore
+
     cs = ConfigStore.instance()
     if "schema.yaml" not in cs.repo:
         cs.store(name="schema", node=RootConfig)
