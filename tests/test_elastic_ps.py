@@ -185,6 +185,7 @@ def test_a_mid_epoch_save_the_servers_moved_under_is_not_kept(
 
     def save_state(root: Path, name: str) -> ModelState:
         calls.append(name)
+        (root / name).mkdir(exist_ok=True)  # the servers' files, as save_state writes them
         if len(calls) <= moves:
             value[0] += 1.0  # a push lands during the save
         return ModelState({"w": np.full(3, value[0], np.float32)}, {}, {})
@@ -199,6 +200,8 @@ def test_a_mid_epoch_save_the_servers_moved_under_is_not_kept(
     else:
         assert engine.save_still(tmp_path, "1.5.ps").net["w"][0] == value[0]
     assert calls == ["1.5.ps"] * saves
+    # A save that is kept keeps its servers' files; one that is not leaves none behind.
+    assert (tmp_path / "1.5.ps").is_dir() != fails
 
 
 def test_plan_cuts_whole_lines_that_cover_the_file(tmp_path: Path) -> None:

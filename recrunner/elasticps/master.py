@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from recrunner import atomic
 from recrunner.elasticps.members import Roster
 from recrunner.elasticps.tasks import Task, TaskQueue, plan
 from recrunner.fleet.ps import PsEngine
@@ -157,6 +158,8 @@ class MasterEngine(PsEngine):
                         moved[0], "; saving again" if attempt + 1 < SAVE_TRIES else "")
             if attempt + 1 < SAVE_TRIES:
                 time.sleep(self.cfg.mode.elastic.task_timeout_s)
+        # No checkpoint will name the servers' last save: not left beside the checkpoints.
+        atomic.remove(checkpoint_root / name)
         raise DistError(f"a mid-epoch checkpoint could not be saved: the servers' parameters "
                         f"kept moving over {SAVE_TRIES} tries while every task was held")
 
