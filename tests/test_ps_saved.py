@@ -57,3 +57,14 @@ def test_a_damaged_line_is_one_line_naming_the_file(tmp_path: Path) -> None:
         ps_saved.fill(np.zeros((10, 9), np.float32), tmp_path)
     assert str(err.value).startswith(f"{tmp_path / 'part-000-00000'}: not a saved table (")
     assert "\n" not in str(err.value)
+
+
+def test_an_empty_field_is_one_line_not_a_nan_row(tmp_path: Path) -> None:
+    good = saved_line(3, np.ones(9, np.float32))
+    fields = good.split(" ")
+    fields[ps_saved.row_fields(9)[2]] = ""  # "1  2": a value of the row lost
+    (tmp_path / "part-000-00000").write_text(f"{good}\n{' '.join(fields)}\n")
+    with pytest.raises(RecrunnerError) as err:
+        ps_saved.fill(np.zeros((10, 9), np.float32), tmp_path)
+    assert str(err.value) == (f"{tmp_path / 'part-000-00000'}: not a saved table (a line with "
+                              "an empty field)")

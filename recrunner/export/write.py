@@ -111,8 +111,8 @@ def trace_zoo_layers(net: Any, wrapper: Any) -> None:
     tests/test_export.py), as mode=ps builds its static Program from the same code. A plugin
     model's layers are converted as before: its code may branch on a tensor. Marks the zoo's
     classes and module for this process (dy2static only). `wrapper` (save_export's sigmoid
-    around a zoo net) is traced too: converted, its source check alone cost ~0.8 s of an
-    export (dy2static scans numpy's members); a plugin net's wrapper must stay converted, or
+    around a zoo net) is traced too: converted, it cost ~0.5 CPU-s of an export (dy2static
+    scans numpy's members once a process); a plugin net's wrapper must stay converted, or
     the plugin's forward would run unconverted inside it."""
     import paddle
 

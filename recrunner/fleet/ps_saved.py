@@ -85,6 +85,8 @@ def file_blocks(part: Path, width: int | None) -> Iterator[tuple[np.ndarray, np.
             convert_options=pc.ConvertOptions(include_columns=[names[i] for i in keep],
                                               column_types=types))
         for batch in reader:
+            if any(column.null_count for column in batch.columns):  # "1  2": an empty field
+                raise pa.ArrowInvalid("a line with an empty field")
             ids = to_numpy(batch.column(0))
             rows = np.empty((len(ids), len(keep) - 1), np.float32)
             for j in range(1, len(keep)):
