@@ -118,11 +118,14 @@ def trace_zoo_layers(net: Any, wrapper: Any) -> None:
 
     import recrunner.zoo
 
+    def in_zoo(layer: Any) -> bool:
+        return type(layer).__module__.startswith(recrunner.zoo.__name__ + ".")
+
     paddle.jit.ignore_module([recrunner.zoo])  # its functions and methods, by file path
     for layer in net.sublayers(include_self=True):  # layers are converted by their forward
-        if type(layer).__module__.startswith(recrunner.zoo.__name__ + "."):
+        if in_zoo(layer):
             paddle.jit.not_to_static(type(layer).forward)
-    if type(net).__module__.startswith(recrunner.zoo.__name__ + "."):
+    if in_zoo(net):
         paddle.jit.not_to_static(type(wrapper).forward)
 
 
