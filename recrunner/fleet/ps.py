@@ -38,6 +38,7 @@ from recrunner.fleet.ps_tables import (
 )
 from recrunner.fleet.rendezvous import poll_rendezvous_quickly
 from recrunner.fleet.roles import DistError, Role, check_port_free, wait_for_port
+from recrunner.fleet.static_math import cheap_caller_lookup
 from recrunner.train import checkpoint
 from recrunner.train.build import build_net, model_inputs, table_rows, table_width
 from recrunner.train.checkpoint import MODEL_FILE, Checkpoint
@@ -597,7 +598,8 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
                                f"{','.join(role.servers)})", fail_status(cfg, role))
     poll_rendezvous_quickly()
     fleet.init(fleet.PaddleCloudRoleMaker(is_collective=False))
-    graph = build_graph(cfg)
+    with cheap_caller_lookup():
+        graph = build_graph(cfg)
     strategy = fleet.DistributedStrategy()
     shards = resume_table_shards(cfg)
     configure_strategy(strategy, cfg, TABLE, shards)
