@@ -98,5 +98,5 @@ setup(
             *SWEEP,
         ],
     },
-    entry_points={"console_scripts": ["recrun=recrunner.cli:main"]},
+    entry_points={"console_scripts": ["recrun=recrunner.cli:entry"]},
 )

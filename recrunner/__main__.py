@@ -1,4 +1,4 @@
-from recrunner.cli import main
+from recrunner.cli import entry
 
 if __name__ == "__main__":
-    main()
+    entry()

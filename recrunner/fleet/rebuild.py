@@ -74,4 +74,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from recrunner.quick_exit import run_then_exit
+
+    run_then_exit(main)
