@@ -132,6 +132,21 @@ def test_malformed_rows_skip_counts_and_keeps_good_rows(tmp_path, caplog) -> Non
     np.testing.assert_array_equal(sparse, expected(good)[1])
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_sharing_a_file_by_rows_count_each_bad_row_once(tmp_path, world: int) -> None:
+    """Every rank parses every line of a file shared by rows: the bad ones are counted (and
+    logged) by one rank each, so the job's sum (the summary's skipped_rows) is the file's."""
+    path, n = bad_file(tmp_path)
+    counts, kept = [], 0
+    for index in range(world):
+        errors = RowErrors("skip", max_logged=2)
+        kept += len(read_all(path, errors=errors, shard=Shard(index, world))[2])
+        counts.append(errors.count)
+    assert sum(counts) == 3 and kept == n - 3
+    with pytest.raises(DataError, match=r"bad.tsv:5: expected"):  # on_error=fail: every rank
+        read_all(path, shard=Shard(world - 1, world))
+
+
 def test_slot_format_errors_name_the_line(tmp_path) -> None:
     path = shared_file("data/paddlerec_wide_deep_sample_train.txt")
     lines = path.read_text().splitlines()[:10]

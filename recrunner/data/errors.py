@@ -2,6 +2,7 @@
 
 import logging
 import threading
+from typing import Protocol
 
 from recrunner.errors import RecrunnerError
 
@@ -14,6 +15,10 @@ class DataError(RecrunnerError):
 
 class BlockInvalid(Exception):
     """A row format's fast path rejected a block; the per-line check will name the lines."""
+
+
+class ReportsRows(Protocol):
+    def report(self, path: str, line: int, reason: str) -> None: ...
 
 
 class RowErrors:
@@ -36,3 +41,19 @@ class RowErrors:
             log.warning("skipping malformed row at %s", where)
         elif count == self.max_logged + 1:
             log.warning("more malformed rows skipped; the count is in the run summary")
+
+
+class SharedRowErrors:
+    """`errors` as seen by rank `index` of `count` ranks that each parse every line of a file
+    they share by rows (recrunner.data.reader's stride): every rank meets every bad line, so
+    each counts and logs only the lines numbered for it, and the ranks' counts add up to the
+    file's. Under `fail` every rank still stops at the first."""
+
+    def __init__(self, errors: RowErrors, index: int, count: int) -> None:
+        self.errors = errors
+        self.index = index
+        self.count = count
+
+    def report(self, path: str, line: int, reason: str) -> None:
+        if self.errors.policy == "fail" or line % self.count == self.index:
+            self.errors.report(path, line, reason)

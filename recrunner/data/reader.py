@@ -15,7 +15,13 @@ import numpy as np
 
 from recrunner.config.dataset import DatasetConfig
 from recrunner.data.batch import Batch
-from recrunner.data.errors import BlockInvalid, DataError, RowErrors
+from recrunner.data.errors import (
+    BlockInvalid,
+    DataError,
+    ReportsRows,
+    RowErrors,
+    SharedRowErrors,
+)
 from recrunner.data.formats import BLANK, RowFormat, row_format
 from recrunner.data.schema import Schema
 
@@ -68,7 +74,7 @@ def read_blocks(path: str, block_bytes: int) -> Iterator[tuple[int, bytes]]:
 
 
 def parse_block(fmt: RowFormat, block: bytes, path: str, first_line: int,
-                errors: RowErrors, numbers: list[int] | None = None) -> Batch:
+                errors: ReportsRows, numbers: list[int] | None = None) -> Batch:
     """Parse a block; on a bad block, report each bad line and parse the rest. `numbers`:
     each line's number when they are not consecutive from `first_line`."""
     try:
@@ -139,7 +145,7 @@ def file_blocks(fmt: RowFormat, path: str, block_bytes: int
         yield fmt, first_line, block
 
 
-def iter_file(fmt: RowFormat, path: str, block_bytes: int, errors: RowErrors,
+def iter_file(fmt: RowFormat, path: str, block_bytes: int, errors: ReportsRows,
               workers: int = 2) -> Iterator[Batch]:
     """Parsed blocks of one file, in order; `workers` blocks are parsed at a time (pyarrow and
     numpy release the GIL: 1.35x the rows/s of one at a time on 2 cores)."""
@@ -163,11 +169,13 @@ def iter_examples(cfg: DatasetConfig, spec: str, schema: Schema, errors: RowErro
     files = expand_paths(spec)
     fmt = row_format(schema, labeled)
     by_file = len(files) >= shard.count
+    reports: ReportsRows = errors if by_file else \
+        SharedRowErrors(errors, shard.index, shard.count)
     row = 0
     for k, path in enumerate(files):
         if by_file and k % shard.count != shard.index:
             continue
-        for batch in iter_file(fmt, path, cfg.block_bytes, errors, cfg.parse_workers):
+        for batch in iter_file(fmt, path, cfg.block_bytes, reports, cfg.parse_workers):
             if not by_file:
                 start = (shard.index - row) % shard.count
                 row += len(batch)
