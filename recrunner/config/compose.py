@@ -169,7 +169,9 @@ def load_resolved(path: str | Path, overrides: Sequence[str] = ()) -> RootConfig
     already composed).
     """
     try:
-        raw = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides)))
+        raw = OmegaConf.load(path)
+        if overrides:  # merging even an empty list deep-copies the file's config (~50 ms)
+            raw = OmegaConf.merge(raw, OmegaConf.from_dotlist(list(overrides)))
         model_name = OmegaConf.select(raw, "model.name")
         if model_name is None:
             raise RecrunnerError(f"{path}: missing model.name")
