@@ -1,13 +1,13 @@
 """End a recrunner process without the interpreter's teardown.
 
 Once Paddle is imported, Python's finalization (clearing a thousand modules' objects, then
-Paddle's C++ static destructors) costs 0.6-0.8 CPU-seconds a process, a quarter of a small
-command's whole CPU, and every fleet job starts four to six such processes (measured: a
-script that imports Paddle and runs one layer, 1.9-2.5 CPU-s at its end, 0.6-0.8 more by
-its exit; 0.1 with this). Everything a normal exit does that can matter still happens, in
-Python's own order: non-daemon threads are joined, atexit handlers run (logging's flush and
-close, multiprocessing's children), and the standard streams are flushed. Only the freeing
-of memory the kernel takes back anyway is skipped.
+Paddle's C++ static destructors) costs 0.6-0.8 CPU-seconds a process (measured: a script that
+imports Paddle and runs one layer, 1.9-2.5 CPU-s at its last line, 0.6-0.8 more by its exit;
+0.1 with this), and every fleet job starts four to six such processes; a 4,000-row local run
+takes a sixth less CPU (docs/performance.md, "eighth session"). Everything a normal exit does
+that can matter still happens, in Python's own order: non-daemon threads are joined, atexit
+handlers run (logging's flush and close, multiprocessing's children), and the standard
+streams are flushed. Only the freeing of memory the kernel takes back anyway is skipped.
 """
 
 import atexit
