@@ -301,7 +301,10 @@ def test_reading_streams_memory_does_not_grow_with_the_file(tmp_path) -> None:
                          text=True, check=True).stdout.split()
     assert int(out[0]) == 320_000
     assert path.stat().st_size > 70 * 2**20
-    assert float(out[1]) < 24, f"resident memory grew {out[1]} MiB while reading"
+    # Measured 14.5-27.8 MiB in 10 runs (2026-11-29, the quiet host; 24 failed 4 of 10): the
+    # allocators keep what the parse threads freed. Holding the rows would take the file's
+    # 70+ MiB of text or ~80 MiB of parsed arrays.
+    assert float(out[1]) < 40, f"resident memory grew {out[1]} MiB while reading"
 
 
 def _sha(data: bytes) -> str:
