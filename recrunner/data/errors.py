@@ -28,6 +28,11 @@ class RowErrors:
         self.count = 0
         self._lock = threading.Lock()  # blocks are parsed by several threads
 
+    def add(self, skipped: int) -> None:
+        """Rows skipped for this process elsewhere (its shard converted before it started)."""
+        with self._lock:
+            self.count += skipped
+
     def report(self, path: str, line: int, reason: str) -> None:
         where = f"{path}:{line}: {reason}"
         if self.policy == "fail":
@@ -43,17 +48,22 @@ class RowErrors:
             log.warning("more malformed rows skipped; the count is in the run summary")
 
 
-class SharedRowErrors:
-    """`errors` as seen by rank `index` of `count` ranks that each parse every line of a file
-    they share by rows (recrunner.data.reader's stride): every rank meets every bad line, so
-    each counts and logs only the lines numbered for it, and the ranks' counts add up to the
-    file's. Under `fail` every rank still stops at the first."""
+class LineOwners:
+    """Row errors of processes that each parse every line of a file they share by rows
+    (recrunner.data.reader's stride): every one meets every bad line, so a line is counted
+    (and logged) by the process it is numbered for (line % count) in `owners` (process index
+    -> its RowErrors), and their counts add up to the file's. A line no owner here holds is
+    left to its own process; under `fail` the first bad line stops whoever meets it."""
 
-    def __init__(self, errors: RowErrors, index: int, count: int) -> None:
-        self.errors = errors
-        self.index = index
+    def __init__(self, owners: dict[int, RowErrors], count: int) -> None:
+        self.owners = owners
         self.count = count
 
     def report(self, path: str, line: int, reason: str) -> None:
-        if self.errors.policy == "fail" or line % self.count == self.index:
-            self.errors.report(path, line, reason)
+        owner = self.owners.get(line % self.count)
+        if owner is None:
+            first = next(iter(self.owners.values()))
+            if first.policy != "fail":
+                return
+            owner = first
+        owner.report(path, line, reason)

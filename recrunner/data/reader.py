@@ -18,9 +18,9 @@ from recrunner.data.batch import Batch
 from recrunner.data.errors import (
     BlockInvalid,
     DataError,
+    LineOwners,
     ReportsRows,
     RowErrors,
-    SharedRowErrors,
 )
 from recrunner.data.formats import BLANK, RowFormat, row_format
 from recrunner.data.schema import Schema
@@ -161,27 +161,40 @@ def iter_file(fmt: RowFormat, path: str, block_bytes: int, errors: ReportsRows,
             yield pending.popleft().result()
 
 
-def iter_examples(cfg: DatasetConfig, spec: str, schema: Schema, errors: RowErrors,
+def iter_examples(cfg: DatasetConfig, spec: str, schema: Schema, errors: ReportsRows,
                   shard: Shard | None = None, labeled: bool = True) -> Iterator[Batch]:
     """Blocks of parsed examples from every file of `spec` that belong to `shard`, in the
-    schema's format (cfg gives the block size and parse threads)."""
+    schema's format (cfg gives the block size and parse threads). `errors`: a RowErrors, or
+    for the whole spec (no shard) any reporter."""
     shard = shard or Shard()
     files = expand_paths(spec)
     fmt = row_format(schema, labeled)
-    by_file = len(files) >= shard.count
-    reports: ReportsRows = errors if by_file else \
-        SharedRowErrors(errors, shard.index, shard.count)
+    by_file = len(files) >= shard.count  # else shared by rows (shared_by_rows)
+    reports = errors
+    if not by_file:
+        assert isinstance(errors, RowErrors), "a shard of a spec counts into a RowErrors"
+        reports = LineOwners({shard.index: errors}, shard.count)
     row = 0
     for k, path in enumerate(files):
         if by_file and k % shard.count != shard.index:
             continue
         for batch in iter_file(fmt, path, cfg.block_bytes, reports, cfg.parse_workers):
             if not by_file:
-                start = (shard.index - row) % shard.count
-                row += len(batch)
-                batch = batch.take(slice(start, None, shard.count))
+                batch, row = stride_rows(batch, row, shard), row + len(batch)
             if len(batch):
                 yield batch
+
+
+def shared_by_rows(spec: str, count: int) -> bool:
+    """Whether `count` processes share `spec` by rows (fewer files than processes), each
+    parsing every row for its share, rather than by whole files."""
+    return count > 1 and len(expand_paths(spec)) < count
+
+
+def stride_rows(batch: Batch, row: int, shard: Shard) -> Batch:
+    """The rows of `batch`, whose first row is the spec's `row`-th, that `shard` takes when
+    the processes share the spec by rows (row r goes to process r % count)."""
+    return batch.take(slice((shard.index - row) % shard.count, None, shard.count))
 
 
 def rebatch(blocks: Iterable[Batch], size: int) -> Iterator[Batch]:

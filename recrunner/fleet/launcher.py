@@ -266,6 +266,10 @@ def launch(cfg: RootConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     # Before any process starts; each trainer checks the model fingerprint itself.
     checkpoint.to_resume(out, cfg.runner.resume)
+    if str(cfg.mode.name) == "ps" and not cfg.runner.online:
+        from recrunner.fleet.slots import convert_for_trainers
+
+        convert_for_trainers(local_run_config(cfg, out, cfg.runner.resume), out)
     summary_file = out / "summary.json"
     summary_file.unlink(missing_ok=True)
     resume = cfg.runner.resume

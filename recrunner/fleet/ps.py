@@ -254,10 +254,9 @@ class PsEngine:
         cached across runs; an online run's passes each have their own partition)."""
         spec = str(self.cfg.dataset.train)
         if spec not in self.slot_files:
-            from recrunner.fleet.slots import convert_shard
+            from recrunner.fleet.slots import convert_shard, trainer_shard_dir
 
-            rank, world = self.group.rank, self.group.world
-            shard_dir = self.out / "dist" / "slots" / f"train-{rank}-of-{world}"
+            shard_dir = trainer_shard_dir(self.out, self.group.rank, self.group.world)
             if self.cfg.runner.online:
                 shard_dir = shard_dir / stable_name(spec)
             start = time.perf_counter()

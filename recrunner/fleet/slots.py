@@ -10,6 +10,7 @@ parsing speed.
 import hashlib
 import json
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -17,10 +18,17 @@ import pyarrow.csv as pacsv
 
 from recrunner import atomic
 from recrunner.config.dataset import DatasetConfig
+from recrunner.config.schema import RootConfig
 from recrunner.data.arrow_numpy import from_numpy
 from recrunner.data.batch import Batch
-from recrunner.data.errors import RowErrors
-from recrunner.data.reader import Shard, expand_paths, iter_examples
+from recrunner.data.errors import LineOwners, RowErrors
+from recrunner.data.reader import (
+    Shard,
+    expand_paths,
+    iter_examples,
+    shared_by_rows,
+    stride_rows,
+)
 from recrunner.data.schema import Schema
 
 ROWS_PER_FILE = 1_000_000
@@ -52,41 +60,101 @@ def source_fingerprint(cfg: DatasetConfig, spec: str, pre: Schema, shard: Shard)
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
-def convert_shard(cfg: DatasetConfig, spec: str, pre: Schema, errors: RowErrors,
-                  shard: Shard, out_dir: Path, rows_per_file: int = ROWS_PER_FILE
-                  ) -> tuple[list[str], int]:
-    """Write this shard's rows as MultiSlot files in out_dir (reused when up to date)."""
-    fingerprint = source_fingerprint(cfg, spec, pre, shard)
+class ShardWriter:
+    """One shard's MultiSlot files in `out_dir`, `rows_per_file` rows a file."""
+
+    def __init__(self, out_dir: Path, rows_per_file: int) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for old in out_dir.glob("part-*"):
+            old.unlink()
+        self.out_dir = out_dir
+        self.rows_per_file = rows_per_file
+        self.options = pacsv.WriteOptions(include_header=False, delimiter=" ",
+                                          quoting_style="none")
+        self.files: list[str] = []
+        self.rows = self.in_file = 0
+        self.writer: pacsv.CSVWriter | None = None
+
+    def write(self, batch: Batch) -> None:
+        start = 0
+        while start < len(batch):
+            if self.writer is None or self.in_file >= self.rows_per_file:
+                if self.writer is not None:
+                    self.writer.close()
+                self.files.append(f"part-{len(self.files):05d}")
+                table = batch_table(batch.take(slice(0, 1)))
+                self.writer = pacsv.CSVWriter(str(self.out_dir / self.files[-1]), table.schema,
+                                              write_options=self.options)
+                self.in_file = 0
+            take = min(len(batch) - start, self.rows_per_file - self.in_file)
+            self.writer.write_table(batch_table(batch.take(slice(start, start + take))))
+            start += take
+            self.in_file += take
+            self.rows += take
+
+    def close(self, fingerprint: str, skipped: int) -> tuple[list[str], int]:
+        if self.writer is not None:
+            self.writer.close()
+        atomic.write_text(self.out_dir / MANIFEST, json.dumps(
+            {"fingerprint": fingerprint, "files": self.files, "rows": self.rows,
+             "skipped": skipped}), "slots")
+        return [str(self.out_dir / f) for f in self.files], self.rows
+
+
+def up_to_date(out_dir: Path, fingerprint: str) -> dict | None:
     manifest = out_dir / MANIFEST
     if manifest.is_file():
         data = json.loads(manifest.read_text())
         if data.get("fingerprint") == fingerprint:
-            return [str(out_dir / f) for f in data["files"]], data["rows"]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("part-*"):
-        old.unlink()
-    options = pacsv.WriteOptions(include_header=False, delimiter=" ", quoting_style="none")
-    files: list[str] = []
-    rows = in_file = 0
-    writer: pacsv.CSVWriter | None = None
+            return cast(dict, data)
+    return None
+
+
+def convert_shard(cfg: DatasetConfig, spec: str, pre: Schema, errors: RowErrors,
+                  shard: Shard, out_dir: Path, rows_per_file: int = ROWS_PER_FILE
+                  ) -> tuple[list[str], int]:
+    """Write this shard's rows as MultiSlot files in out_dir, or reuse them when up to date
+    (written by an earlier run, or by the launcher: convert_for_trainers). The malformed rows
+    its conversion skipped are counted into `errors` either way."""
+    fingerprint = source_fingerprint(cfg, spec, pre, shard)
+    data = up_to_date(out_dir, fingerprint)
+    if data is not None:
+        errors.add(int(data.get("skipped", 0)))
+        return [str(out_dir / f) for f in data["files"]], data["rows"]
+    before = errors.count
+    writer = ShardWriter(out_dir, rows_per_file)
     for batch in iter_examples(cfg, spec, pre, errors, shard):
-        start = 0
-        while start < len(batch):
-            if writer is None or in_file >= rows_per_file:
-                if writer is not None:
-                    writer.close()
-                files.append(f"part-{len(files):05d}")
-                table = batch_table(batch.take(slice(0, 1)))
-                writer = pacsv.CSVWriter(str(out_dir / files[-1]), table.schema,
-                                           write_options=options)
-                in_file = 0
-            take = min(len(batch) - start, rows_per_file - in_file)
-            writer.write_table(batch_table(batch.take(slice(start, start + take))))
-            start += take
-            in_file += take
-            rows += take
-    if writer is not None:
-        writer.close()
-    atomic.write_text(manifest, json.dumps({"fingerprint": fingerprint, "files": files,
-                                            "rows": rows}), "slots")
-    return [str(out_dir / f) for f in files], rows
+        writer.write(batch)
+    return writer.close(fingerprint, errors.count - before)
+
+
+def convert_for_trainers(cfg: RootConfig, out: Path) -> None:
+    """mode=ps on this machine, before its processes start: when the trainers share
+    dataset.train by rows, every trainer's shard in one pass (each trainer would parse the
+    whole file for its share: 2 parses of every row for 2 trainers); they find their files up
+    to date. Sharing by whole files, or one trainer, each converts its own as in a pod."""
+    from recrunner.train.build import dataset_schema
+
+    spec, world = str(cfg.dataset.train), cfg.mode.trainers
+    if not shared_by_rows(spec, world):
+        return
+    pre = dataset_schema(cfg)
+    shards = [Shard(index, world) for index in range(world)]
+    dirs = [trainer_shard_dir(out, index, world) for index in range(world)]
+    fingerprints = [source_fingerprint(cfg.dataset, spec, pre, s) for s in shards]
+    if all(up_to_date(d, f) is not None for d, f in zip(dirs, fingerprints, strict=True)):
+        return
+    owners = {s.index: RowErrors(str(cfg.dataset.on_error), cfg.dataset.max_logged_errors)
+              for s in shards}
+    writers = [ShardWriter(d, ROWS_PER_FILE) for d in dirs]
+    row = 0
+    for batch in iter_examples(cfg.dataset, spec, pre, LineOwners(owners, world)):
+        for shard, writer in zip(shards, writers, strict=True):
+            writer.write(stride_rows(batch, row, shard))
+        row += len(batch)
+    for shard, writer, fingerprint in zip(shards, writers, fingerprints, strict=True):
+        writer.close(fingerprint, owners[shard.index].count)
+
+
+def trainer_shard_dir(out: Path, rank: int, world: int) -> Path:
+    return out / "dist" / "slots" / f"train-{rank}-of-{world}"
