@@ -111,7 +111,7 @@ class Shard:
 def unshard(parts: list[np.ndarray], spec: str) -> np.ndarray:
     """Undo the sharding of `spec` (one part per shard, in shard order): whole files stay in
     shard order, row strides interleave back into the files' row order."""
-    if len(parts) == 1 or len(expand_paths(spec)) >= len(parts):
+    if not rows_shared(len(expand_paths(spec)), len(parts)):
         return np.concatenate(parts)
     out = np.empty((sum(map(len, parts)), *parts[0].shape[1:]), parts[0].dtype)
     for index, part in enumerate(parts):
@@ -169,7 +169,7 @@ def iter_examples(cfg: DatasetConfig, spec: str, schema: Schema, errors: Reports
     shard = shard or Shard()
     files = expand_paths(spec)
     fmt = row_format(schema, labeled)
-    by_file = len(files) >= shard.count  # else shared by rows (shared_by_rows)
+    by_file = not rows_shared(len(files), shard.count)
     reports = errors
     if not by_file:
         assert isinstance(errors, RowErrors), "a shard of a spec counts into a RowErrors"
@@ -185,10 +185,10 @@ def iter_examples(cfg: DatasetConfig, spec: str, schema: Schema, errors: Reports
                 yield batch
 
 
-def shared_by_rows(spec: str, count: int) -> bool:
-    """Whether `count` processes share `spec` by rows (fewer files than processes), each
-    parsing every row for its share, rather than by whole files."""
-    return count > 1 and len(expand_paths(spec)) < count
+def rows_shared(files: int, processes: int) -> bool:
+    """Whether `processes` share a spec of `files` files by rows (fewer files than processes:
+    each parses every row for its share) rather than by whole files."""
+    return files < processes
 
 
 def stride_rows(batch: Batch, row: int, shard: Shard) -> Batch:

@@ -26,7 +26,7 @@ from recrunner.data.reader import (
     Shard,
     expand_paths,
     iter_examples,
-    shared_by_rows,
+    rows_shared,
     stride_rows,
 )
 from recrunner.data.schema import Schema
@@ -136,7 +136,7 @@ def convert_for_trainers(cfg: RootConfig, out: Path) -> None:
     from recrunner.train.build import dataset_schema
 
     spec, world = str(cfg.dataset.train), cfg.mode.trainers
-    if not shared_by_rows(spec, world):
+    if not rows_shared(len(expand_paths(spec)), world):
         return
     pre = dataset_schema(cfg)
     shards = [Shard(index, world) for index in range(world)]

@@ -11,7 +11,14 @@ from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.errors import RowErrors
 from recrunner.data.lines import Share, shares
-from recrunner.data.reader import Shard, expand_paths, iter_examples, prefetch, rebatch
+from recrunner.data.reader import (
+    Shard,
+    expand_paths,
+    iter_examples,
+    prefetch,
+    rebatch,
+    rows_shared,
+)
 from recrunner.train.build import dataset_schema
 
 
@@ -85,8 +92,8 @@ class Reader:
         import fsspec
 
         files = expand_paths(spec)
-        mine = files[self.shard.index::self.shard.count] if len(files) >= self.shard.count \
-            else files
+        by_rows = rows_shared(len(files), self.shard.count)
+        mine = files if by_rows else files[self.shard.index::self.shard.count]
         try:
             if any(fsspec.utils.infer_compression(f) for f in mine):
                 return None  # sizes of compressed files say little about rows
@@ -100,7 +107,7 @@ class Reader:
         if not lines:
             return None
         rows = total * lines / len(sample)
-        if len(files) < self.shard.count:  # rows by stride
+        if by_rows:
             rows /= self.shard.count
         return int(rows)
 
