@@ -13,9 +13,11 @@ from recrunner.data.reader import Shard
 from recrunner.data.synth import generate
 from recrunner.fleet.slots import (
     MANIFEST,
+    ShardWriter,
     convert_for_trainers,
     convert_shard,
     trainer_shard_dir,
+    up_to_date,
 )
 from recrunner.train.build import dataset_schema
 
@@ -87,3 +89,18 @@ def test_files_shared_whole_are_left_to_each_trainer(tmp_path: Path) -> None:
         generate(parts / f"p{k}.tsv", 200, 5, k)
     convert_for_trainers(config(str(parts), 2), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_rewrite_withdraws_the_manifest_before_it_deletes_the_files(tmp_path: Path) -> None:
+    """One trainer's shard gone, the launcher rewrites them all: until each shard is written
+    again, its old manifest no longer says it is up to date (a stopped pass leaves nothing
+    that names deleted files)."""
+    spec = dirty_file(tmp_path)
+    cfg = config(spec, 2)
+    out = tmp_path / "run"
+    convert_for_trainers(cfg, out)
+    kept = trainer_shard_dir(out, 1, 2)
+    fingerprint = json.loads((kept / MANIFEST).read_text())["fingerprint"]
+    assert up_to_date(kept, fingerprint) is not None
+    ShardWriter(kept, 100)  # what the pass does first to every shard
+    assert up_to_date(kept, fingerprint) is None and not list(kept.glob("part-*"))

@@ -65,6 +65,9 @@ class ShardWriter:
 
     def __init__(self, out_dir: Path, rows_per_file: int) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
+        # The manifest goes first: a conversion stopped part-way must not leave one that
+        # names deleted files as up to date (the launcher rewrites every shard in its pass).
+        (out_dir / MANIFEST).unlink(missing_ok=True)
         for old in out_dir.glob("part-*"):
             old.unlink()
         self.out_dir = out_dir
