@@ -109,7 +109,8 @@ def test_seed_scenario_on_the_kubernetes_double(fake: FakeKube) -> None:  # noqa
     from recrunner.autoscale.kube import FIELD_MANAGER, KubeCluster
     from recrunner.autoscale.top import line
     from recrunner.k8s.client import Kube
-    from recrunner.k8s.validate import default_crd_dir, validate_custom
+    from recrunner.k8s.crd_schemas import default_crd_dir
+    from recrunner.k8s.validate import validate_custom
 
     for node, cpu in NODES.items():
         fake.objects[("nodes", node)] = {

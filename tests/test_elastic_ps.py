@@ -277,7 +277,8 @@ def test_cluster_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
     servers do not; the master is a Job of its own; one queue id for all; schemas pass."""
     from recrunner.config.compose import load
     from recrunner.k8s import ops
-    from recrunner.k8s.validate import default_crd_dir, validate_core, validate_custom
+    from recrunner.k8s.crd_schemas import default_crd_dir
+    from recrunner.k8s.validate import validate_core, validate_custom
 
     for var in ("JUICEFS_METAURL", "JUICEFS_ACCESS_KEY", "JUICEFS_SECRET_KEY"):
         monkeypatch.setenv(var, f"{var.lower()}-value-7781")

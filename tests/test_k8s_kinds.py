@@ -13,7 +13,7 @@ import yaml
 from recrunner.config.compose import load
 from recrunner.config.schema import RootConfig
 from recrunner.config.serving import ServingKind
-from recrunner.k8s import kinds, manifests, ops, rbac, validate
+from recrunner.k8s import crd_schemas, kinds, manifests, ops, rbac, validate
 from recrunner.k8s.kinds import Creator, Kind
 from tests.conftest import REPO
 
@@ -61,7 +61,7 @@ def test_serve_rows_are_the_sparse_tier_then_the_serving_kinds() -> None:
 
 def test_plurals_and_scope_agree_with_the_shipped_crds() -> None:
     crds = {}
-    for path in validate.default_crd_dir().glob("*.yaml"):
+    for path in crd_schemas.default_crd_dir().glob("*.yaml"):
         for doc in yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader):
             if doc and doc.get("kind") == "CustomResourceDefinition":
                 spec = doc["spec"]

@@ -13,10 +13,10 @@ import yaml
 
 from recrunner.config.compose import load, load_resolved
 from recrunner.errors import RecrunnerError
-from recrunner.k8s import manifests, ops, validate
+from recrunner.k8s import crd_schemas, manifests, ops, validate
 from tests.conftest import REPO
 
-CRDS = validate.default_crd_dir()  # the copies the package ships
+CRDS = crd_schemas.default_crd_dir()  # the copies the package ships
 
 METAURL = "redis://juice:m3ta-Pa55@10.1.2.3:6379/1"
 ACCESS = "AKIA-test-access-7781"
@@ -51,7 +51,7 @@ def by_kind(docs: list[dict]) -> dict[str, dict]:
 
 
 def crd_schema(api_version: str, kind: str) -> dict:
-    return validate.load_crd_schemas(str(CRDS))[(api_version, kind)]
+    return crd_schemas.load_crd_schemas(str(CRDS))[(api_version, kind)]
 
 
 SCENARIOS = {

@@ -16,7 +16,7 @@ from recrunner.cli import main
 from recrunner.config.compose import load
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
-from recrunner.k8s import manifests, ops, validate
+from recrunner.k8s import crd_schemas, manifests, ops, validate
 from tests.pss_restricted import violations
 from tests.test_k8s_apply import (  # noqa: F401  (fake: the REST double, a fixture)
     BASE,
@@ -117,7 +117,7 @@ def test_inferenceservice_from_a_storage_uri() -> None:
 
 def test_the_kserve_crd_catches_what_it_forbids() -> None:
     doc = serving(*ISVC)
-    crds = validate.default_crd_dir()
+    crds = crd_schemas.default_crd_dir()
     bad = copy.deepcopy(doc)
     bad["spec"]["predictor"]["scaleMetric"] = "latency"
     with pytest.raises(RecrunnerError, match=r"spec\.predictor\.scaleMetric"):
@@ -132,7 +132,7 @@ def test_shipped_kserve_crd_is_the_upstream_copy() -> None:
     from tests.conftest import shared_file
 
     upstream = shared_file("k8s/crds/kserve-inferenceservice.crd.yaml")
-    shipped = validate.default_crd_dir() / "kserve-inferenceservice.crd.yaml"
+    shipped = crd_schemas.default_crd_dir() / "kserve-inferenceservice.crd.yaml"
     assert shipped.read_bytes() == upstream.read_bytes()
 
 

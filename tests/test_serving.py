@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from recrunner.config.compose import load
-from recrunner.k8s.validate import default_crd_dir, validate_documents
+from recrunner.k8s.crd_schemas import default_crd_dir
+from recrunner.k8s.validate import validate_documents
 from recrunner.serving import client, protocol, raw_rows
 from recrunner.serving.batcher import MicroBatcher
 from recrunner.serving.k8s import CLIENT_CONF, SERVER_CONF, render_service

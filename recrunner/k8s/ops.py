@@ -9,7 +9,7 @@ from typing import Any
 
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
-from recrunner.k8s import elastic, kinds, manifests, secrets, validate
+from recrunner.k8s import crd_schemas, elastic, kinds, manifests, secrets, validate
 from recrunner.k8s import serving as serving_k8s
 from recrunner.k8s.client import Ref
 from recrunner.k8s.kinds import Creator
@@ -25,7 +25,7 @@ class Rendered:
 
 
 def crd_dir(cfg: RootConfig) -> Path:
-    return Path(cfg.cluster.crd_dir) if cfg.cluster.crd_dir else validate.default_crd_dir()
+    return Path(cfg.cluster.crd_dir) if cfg.cluster.crd_dir else crd_schemas.default_crd_dir()
 
 
 def check_no_leaks(docs: list[dict[str, Any]], values: tuple[str, ...]) -> None:

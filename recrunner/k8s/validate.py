@@ -6,11 +6,11 @@ document and field path, for schema checks).
 
 import re
 from decimal import Decimal
-from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from recrunner.errors import RecrunnerError
+from recrunner.k8s.crd_schemas import load_crd_schema
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -117,59 +117,6 @@ def validate_core(doc: dict[str, Any]) -> bool:
         raise RecrunnerError(
             f"{_doc_id(doc)} fails the Kubernetes {K8S_VERSION} schema at "
             f"{_path(exc.absolute_path)}: {exc.message}") from exc
-
-
-def default_crd_dir() -> Path:
-    """The upstream CRDs shipped in the package (crds/SOURCES.md says where each is from)."""
-    return Path(__file__).resolve().parent / "crds"
-
-
-def _schemas_in(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """(apiVersion, kind) -> openAPIV3Schema of every CRD in one file."""
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    schemas: dict[tuple[str, str], dict[str, Any]] = {}
-    for crd in yaml.load_all(path.read_text(), Loader=loader):
-        if not crd or crd.get("kind") != "CustomResourceDefinition":
-            continue
-        spec = crd["spec"]
-        # apiextensions v1beta1 CRDs (PaddleService) keep one schema in spec.validation.
-        shared = (spec.get("validation") or {}).get("openAPIV3Schema")
-        versions = spec.get("versions") or [{"name": spec.get("version")}]
-        for version in versions:
-            schema = (version.get("schema") or {}).get("openAPIV3Schema") or shared
-            key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
-            if schema and key not in schemas:
-                schemas[key] = schema
-    return schemas
-
-
-@lru_cache(maxsize=8)
-def load_crd_schemas(crd_dir: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """(apiVersion, kind) -> openAPIV3Schema, from every CRD file in the directory."""
-    schemas: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted(Path(crd_dir).glob("*.yaml")):
-        for key, schema in _schemas_in(path).items():
-            # The first file wins: paddlejob.crd.yaml (with sampleSetRef) sorts before the
-            # v0.3.5 release copy.
-            schemas.setdefault(key, schema)
-    return schemas
-
-
-@lru_cache(maxsize=32)
-def load_crd_schema(crd_dir: str, api_version: str, kind: str) -> dict[str, Any] | None:
-    """One kind's schema; only files that mention its group and kind are parsed (KServe's
-    InferenceService CRD alone is 2 MB: a PaddleJob check should not pay for it)."""
-    group = api_version.rpartition("/")[0]
-    for path in sorted(Path(crd_dir).glob("*.yaml")):
-        text = path.read_text()
-        if f"group: {group}" not in text or f"kind: {kind}" not in text:
-            continue
-        schema = _schemas_in(path).get((api_version, kind))
-        if schema is not None:
-            return schema
-    return None
 
 
 def _unknown_fields(value: Any, schema: dict[str, Any], path: list[Any]) -> list[Any] | None:
