@@ -93,20 +93,19 @@ def serve(keys: list[str], port: int, log: Path) -> subprocess.Popen:
 
 def peak_rss_by_role(proc: subprocess.Popen, poll_s: float = 0.5) -> dict[str, float]:
     """Poll `proc` and its descendants until it exits: the largest peak resident memory (MB,
-    VmHWM) of each role: the PS servers, the trainers, the export's process, the rest."""
+    VmHWM) of each role: the PS servers, the trainers (the writer also writes the export),
+    the rest."""
     peaks: dict[str, float] = {}
     while proc.poll() is None:
         for pid in descendants(proc.pid):
             try:
                 status = Path(f"/proc/{pid}/status").read_text()
                 environ = Path(f"/proc/{pid}/environ").read_bytes()
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue  # gone meanwhile
             hwm = next((int(x.split()[1]) / 1024 for x in status.splitlines()
                         if x.startswith("VmHWM:")), 0.0)
-            role = ("export" if b"recrunner.fleet.rebuild" in cmdline else
-                    "server" if b"ROLE=PSERVER" in environ else
+            role = ("server" if b"ROLE=PSERVER" in environ else
                     "trainer" if b"ROLE=TRAINER" in environ else "other")
             peaks[role] = max(peaks.get(role, 0.0), hwm)
         time.sleep(poll_s)

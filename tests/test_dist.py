@@ -232,6 +232,30 @@ def test_ps_geo_resumes_where_it_stopped(runs: Runs, tmp_path: Path) -> None:
                                                                           "sparse_ids"]
 
 
+@pytest.mark.parametrize("mode", ["ps-async", "ps-geo"])
+def test_a_ps_export_is_what_a_fresh_process_writes(runs: Runs, mode: str,
+                                                    tmp_path: Path) -> None:
+    """The writer trainer writes the export itself (recrunner.fleet.rebuild.rebuild_here), in a
+    process that ran Paddle's legacy static graph: every file equals what a fresh process
+    (PIR, as mode=local runs) writes from the same checkpoint."""
+    job = runs("wide_deep", mode)
+    fresh = runs.copy("wide_deep", mode, tmp_path / "fresh")
+    (fresh / "export").rename(tmp_path / "job-export")
+    [state] = (fresh / "checkpoints").glob("*/model.pdparams")
+    # FLAGS_enable_pir_api unset: the default, PIR, as in mode=local's processes.
+    env = {k: v for k, v in os.environ.items() if k != "FLAGS_enable_pir_api"}
+    proc = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                           "from recrunner.fleet.rebuild import rebuild; "
+                           "rebuild(Path(sys.argv[1]), Path(sys.argv[2]))", str(fresh),
+                           str(state)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = sorted(p.name for p in (job / "export").iterdir())
+    assert "model.json" in names and "model.pdiparams" in names
+    assert sorted(p.name for p in (fresh / "export").iterdir()) == names
+    assert [n for n in names if (job / "export" / n).read_bytes()
+            != (fresh / "export" / n).read_bytes()] == []
+
+
 def test_sync_mode_is_refused_clearly(synth_data: dict[str, str], tmp_path: Path) -> None:
     proc = recrun("train", "mode=ps", "mode.sync_mode=sync", *data_overrides(synth_data),
                   *TRAIN, *run_dir_overrides(tmp_path / "run"), timeout=60)

@@ -501,15 +501,16 @@ class PsEngine:
 
     def export(self, export_dir: Path, extra: dict[str, Any], ckpt: Checkpoint) -> Path:
         """The export is the dygraph Net filled with the checkpoint's values (the servers'
-        tables as read back when it was saved: not read again), written by save_export in a
-        PIR subprocess (this process runs the legacy static graph)."""
+        tables as read back when it was saved: not read again), written by save_export as a
+        fresh process would (recrunner.fleet.rebuild: this process runs the legacy static
+        graph)."""
         from recrunner.config.compose import to_yaml
         from recrunner.fleet import rebuild
 
         dist = self.out / "dist"
         atomic.write_text(dist / rebuild.CONFIG, to_yaml(self.cfg), "config")
         atomic.write_text(dist / rebuild.EXTRA, json.dumps(extra), "config")
-        rebuild.rebuild_in_subprocess(self.out, ckpt.path / MODEL_FILE, self.cfg.mode.timeout_s)
+        rebuild.rebuild_here(self.out, ckpt.path / MODEL_FILE)
         return export_dir
 
 
