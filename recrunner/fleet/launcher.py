@@ -28,6 +28,10 @@ POLL_S = 0.1
 # (a killed process writes nothing; its peers then fail with a communication error).
 SETTLE_S = 1.0
 PORT_TRIES = 3  # launches per attempt when a server finds its port taken
+# Launches per attempt when a PS job never forms: Paddle 3.0's start-up (fleet.init_worker)
+# has hung now and then here, each trainer waiting in the servers' barrier, with nothing
+# trained yet (docs/distributed.md). Once more, not more: a job that cannot form fails.
+FORM_TRIES = 2
 KILL_GRACE_S = 5.0
 
 
@@ -36,6 +40,7 @@ class Outcome:
     ok: bool
     message: str = ""
     port_taken: bool = False  # a server could not bind: nothing ran, launch again
+    not_formed: bool = False  # a PS job's start-up did not complete: nothing ran either
 
 
 def log_name(role: str, index: int) -> str:
@@ -153,7 +158,9 @@ def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome
                                       and time.monotonic() - first_bad >= SETTLE_S / 2):
             echo.poll()
             message = describe_failure(procs, rc, log_dir, expected, seen_dead)
-            return Outcome(False, message, port_taken=PORT_IN_USE in message)
+            return Outcome(False, message, port_taken=PORT_IN_USE in message,
+                           not_formed=any(status.NOT_FORMED in p.message for p in failed)
+                           and not_formed(procs, expected))
         if time.monotonic() >= next_listen_check:  # once a second: it reads the logs
             next_listen_check = time.monotonic() + 1.0
             unbound = server_not_listening(log_dir, expected.get("server", 0))
@@ -164,8 +171,19 @@ def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome
             last_mtime, last_life = mtime, time.monotonic()
         elif time.monotonic() - last_life > timeout_s:
             return Outcome(False, f"no sign of life (log output) from the job for "
-                                  f"mode.timeout_s={timeout_s}s; logs: {log_dir}")
+                                  f"mode.timeout_s={timeout_s}s; logs: {log_dir}",
+                           not_formed=not_formed(procs, expected))
         time.sleep(POLL_S)
+
+
+def not_formed(procs: list[status.ProcessStatus], expected: dict[str, int]) -> bool:
+    """A PS job none of whose trainers has trained: one or more still in Paddle's start-up
+    (running without the FORMED mark, or failed by its start-up watchdog), none done."""
+    if "server" not in expected:
+        return False
+    trainers = [p for p in procs if p.role == "trainer"]
+    return (len(trainers) == expected["trainer"] and all(p.state != status.DONE for p in trainers)
+            and any(p.message != status.FORMED for p in trainers))
 
 
 def describe_failure(procs: list[status.ProcessStatus], rc: int | None, log_dir: Path,
@@ -275,10 +293,20 @@ def launch(cfg: RootConfig) -> dict[str, Any]:
     resume = cfg.runner.resume
     attempts = cfg.mode.max_restarts + 1
     for attempt in range(attempts):
-        for again in range(PORT_TRIES):
+        ports = hung = 0
+        again = ""
+        while True:
             outcome = launch_once(cfg, out, resume, attempt, again)
-            if not outcome.port_taken:
+            if outcome.not_formed and hung + 1 < FORM_TRIES:
+                hung += 1
+                again = f"-unformed{hung}"
+                print(f"recrun train: {outcome.message}; the job had not formed (Paddle's PS "
+                      "start-up hung): launching it again", file=sys.stderr, flush=True)
+                continue
+            if not outcome.port_taken or ports + 1 >= PORT_TRIES:
                 break
+            ports += 1
+            again = f"-ports{ports}"
             print(f"recrun train: {outcome.message}; launching again on other ports",
                   file=sys.stderr, flush=True)
         if outcome.ok:
@@ -295,16 +323,17 @@ def launch(cfg: RootConfig) -> dict[str, Any]:
                        else "; runner.resume=true continues from the last checkpoint"))
 
 
-def launch_once(cfg: RootConfig, out: Path, resume: bool, attempt: int, again: int = 0
+def launch_once(cfg: RootConfig, out: Path, resume: bool, attempt: int, again: str = ""
                 ) -> Outcome:
-    """One launch of the job's processes, supervised to their end (`again`: launches before
-    it in this attempt, whose servers found their ports taken; each has its own logs)."""
+    """One launch of the job's processes, supervised to their end (`again`: its logs' suffix
+    when launches before it in this attempt found a port taken (`-ports<n>`) or did not form
+    (`-unformed<n>`); each launch has its own logs)."""
     run_cfg = local_run_config(cfg, out, resume)
     config_file = out / "dist" / "config.yaml"
     atomic.write_text(config_file, to_yaml(run_cfg), "config")
     log_dir = out / ("logs" if attempt == 0 else f"logs-restart{attempt}")
     if again:
-        log_dir = log_dir.with_name(f"{log_dir.name}-ports{again}")
+        log_dir = log_dir.with_name(f"{log_dir.name}{again}")
     log_dir.mkdir(parents=True, exist_ok=True)
     status.clear(out)
     # An allow-listed environment, credentials through a private file: Paddle's launcher

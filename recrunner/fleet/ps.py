@@ -25,7 +25,7 @@ from recrunner import atomic, faults
 from recrunner.config.schema import RootConfig
 from recrunner.data.batch import Batch
 from recrunner.data.reader import unshard
-from recrunner.fleet import ps_saved
+from recrunner.fleet import ps_saved, status
 from recrunner.fleet.geo import TABLE_KEY, load_geo_copies
 from recrunner.fleet.ps_tables import (
     SAVE_ALL,
@@ -635,6 +635,7 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     fleet.util.barrier()
     fleet.init_worker()
     watchdog.done.set()
+    status.write(cfg.runner.output_dir, "trainer", role.index, status.RUNNING, status.FORMED)
     group = PsTrainerGroup(role, Path(cfg.runner.output_dir) / "dist" / "exchange")
     reader = Reader(cfg, group.shard)
     engine = PsEngine(cfg, role, graph, exe, group, reader, shards)

@@ -11,6 +11,10 @@ from typing import Any
 from recrunner import atomic
 
 RUNNING, DONE, FAILED = "running", "done", "failed"
+# A running PS trainer's message once Paddle's start-up (`fleet.init_worker`) has returned.
+FORMED = "formed"
+# Part of the message of a process whose start-up did not complete (fleet.worker's watchdog).
+NOT_FORMED = "did not complete within mode.timeout_s"
 
 
 def status_dir(output_dir: str | Path) -> Path:

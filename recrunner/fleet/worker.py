@@ -26,7 +26,7 @@ class StartupWatchdog:
 
     def _watch(self) -> None:
         if not self.done.wait(self.timeout_s):
-            msg = f"{self.what} did not complete within mode.timeout_s={self.timeout_s:.0f}s"
+            msg = f"{self.what} {status.NOT_FORMED}={self.timeout_s:.0f}s"
             self.on_timeout(msg)
             print(f"recrun train: error: {msg}", file=sys.stderr, flush=True)
             os._exit(1)

@@ -1,0 +1,104 @@
+"""The local fleet launcher's judgement of a job that stopped showing life: a PS job that never
+formed (Paddle's start-up hung: nothing trained) is launched again, once; any other silence
+fails the job (recrunner/fleet/launcher.py)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recrunner.config.compose import load
+from recrunner.fleet import launcher, status
+
+PS = {"server": 1, "trainer": 2}
+
+
+def statuses(*trainers: tuple[str, str]) -> list[status.ProcessStatus]:
+    return [status.ProcessStatus("server", 0, 1, status.RUNNING),
+            *(status.ProcessStatus("trainer", i, 2 + i, state, message)
+              for i, (state, message) in enumerate(trainers))]
+
+
+@pytest.mark.parametrize(("trainers", "expected", "formed"), [
+    # trainer 1 still in Paddle's start-up: the hang seen in the suite
+    ([(status.RUNNING, status.FORMED), (status.RUNNING, "")], PS, False),
+    # its start-up watchdog gave up
+    ([(status.RUNNING, status.FORMED),
+      (status.FAILED, f"trainer 1: forming the PS job {status.NOT_FORMED}=120s")], PS, False),
+    ([(status.RUNNING, status.FORMED), (status.RUNNING, status.FORMED)], PS, True),  # training
+    ([(status.DONE, ""), (status.RUNNING, "")], PS, True),  # one trained its share
+    ([(status.RUNNING, status.FORMED)], PS, True),  # a trainer not even started: not that case
+    ([(status.RUNNING, ""), (status.RUNNING, "")], {"trainer": 2}, True),  # collective
+])
+def test_a_ps_job_not_formed_is_told_apart(trainers: list[tuple[str, str]],
+                                            expected: dict[str, int], formed: bool) -> None:
+    assert launcher.not_formed(statuses(*trainers), expected) is (not formed)
+
+
+def silent_job(tmp_path: Path, trainer_1: str) -> launcher.Outcome:
+    """supervise() on a PS job whose processes live on and print nothing for
+    mode.timeout_s=1: trainer 0 formed, trainer 1 with message `trainer_1`."""
+    out = tmp_path / "run"
+    cfg = load(["mode=ps", "mode.servers=1", "mode.trainers=2", "mode.timeout_s=1",
+                f"runner.output_dir={out}"])
+    log_dir = out / "logs"
+    log_dir.mkdir(parents=True)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for role, index, message in (("server", 0, ""), ("trainer", 0, status.FORMED),
+                                     ("trainer", 1, trainer_1)):
+            status.write(out, role, index, status.RUNNING, message)
+        (log_dir / "workerlog.0").write_text("create c2c connection done\n")
+        # The processes' status files name this process: alive for as long as the test.
+        return launcher.supervise(alive, cfg, log_dir)
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+def test_silence_before_the_job_formed_launches_it_again(tmp_path: Path) -> None:
+    outcome = silent_job(tmp_path, "")
+    assert not outcome.ok and outcome.not_formed and not outcome.port_taken
+    assert "no sign of life" in outcome.message
+
+
+def test_silence_of_a_formed_job_fails_it(tmp_path: Path) -> None:
+    outcome = silent_job(tmp_path, status.FORMED)
+    assert not outcome.ok and not outcome.not_formed
+    assert "no sign of life" in outcome.message
+
+
+@pytest.mark.parametrize(("outcomes", "launches", "ok"), [
+    (["hung", "ok"], ["", "-unformed1"], True),
+    (["hung", "hung"], ["", "-unformed1"], False),  # once more, not more
+    (["port", "port", "port"], ["", "-ports1", "-ports2"], False),
+    (["port", "hung", "ok"], ["", "-ports1", "-unformed1"], True),
+    (["other"], [""], False),
+])
+def test_launches_again_once_for_a_hang_and_twice_for_a_port(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outcomes: list[str],
+        launches: list[str], ok: bool) -> None:
+    from recrunner.errors import RecrunnerError
+    from recrunner.fleet import slots
+
+    out = tmp_path / "run"
+    cfg = load(["mode=ps", "mode.servers=1", "mode.trainers=2", f"runner.output_dir={out}"])
+    seen: list[str] = []
+
+    def launch_once(cfg, out, resume, attempt, again=""):  # noqa: ANN001, ANN202
+        seen.append(again)
+        kind = outcomes[len(seen) - 1]
+        if kind == "ok":
+            (out / "summary.json").write_text('{"auc": 0.8}')
+        return launcher.Outcome(kind == "ok", kind, port_taken=kind == "port",
+                                not_formed=kind == "hung")
+
+    monkeypatch.setattr(launcher, "launch_once", launch_once)
+    monkeypatch.setattr(slots, "convert_for_trainers", lambda cfg, out: None)
+    if ok:
+        assert launcher.launch(cfg) == {"auc": 0.8}
+    else:
+        with pytest.raises(RecrunnerError):
+            launcher.launch(cfg)
+    assert seen == launches
