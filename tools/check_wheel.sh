@@ -57,7 +57,7 @@ from pathlib import Path
 
 import recrunner
 import recrunner.zoo
-from recrunner.k8s.validate import default_crd_dir
+from recrunner.k8s.crd_schemas import default_crd_dir
 from recrunner.models import model_names
 
 venv = Path(sys.argv[1]).resolve()
