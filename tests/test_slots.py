@@ -104,3 +104,30 @@ def test_a_rewrite_withdraws_the_manifest_before_it_deletes_the_files(tmp_path: 
     assert up_to_date(kept, fingerprint) is not None
     ShardWriter(kept, 100)  # what the pass does first to every shard
     assert up_to_date(kept, fingerprint) is None and not list(kept.glob("part-*"))
+
+
+@pytest.mark.parametrize("max_logged", [1, 5])
+def test_the_one_pass_logs_the_bad_lines_as_one_process_reading_the_file(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, max_logged: int) -> None:
+    import logging
+
+    from recrunner.data.reader import iter_examples
+
+    spec = dirty_file(tmp_path)
+    cfg = load(["mode=ps", "mode.trainers=2", f"dataset.train={spec}", f"dataset.test={spec}",
+                "dataset.on_error=skip", f"dataset.max_logged_errors={max_logged}",
+                "model.sparse_feature_number=1009"])
+
+    def warnings() -> list[str]:
+        lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        caplog.clear()
+        return lines
+
+    with caplog.at_level(logging.WARNING):
+        for _ in iter_examples(cfg.dataset, spec, dataset_schema(cfg),
+                               RowErrors("skip", max_logged)):
+            pass
+        alone = warnings()
+        convert_for_trainers(cfg, tmp_path / "launcher")
+        assert warnings() == alone
+    assert len(alone) == min(max_logged, len(BAD_LINES)) + (max_logged < len(BAD_LINES))

@@ -53,11 +53,16 @@ class LineOwners:
     (recrunner.data.reader's stride): every one meets every bad line, so a line is counted
     (and logged) by the process it is numbered for (line % count) in `owners` (process index
     -> its RowErrors), and their counts add up to the file's. A line no owner here holds is
-    left to its own process; under `fail` the first bad line stops whoever meets it."""
+    left to its own process; under `fail` the first bad line stops whoever meets it.
+    `logged`: one process parsing for all the owners (the PS launcher's one pass) logs their
+    lines through it, the first `max_logged` of the file as a lone process would, and the
+    owners only count."""
 
-    def __init__(self, owners: dict[int, RowErrors], count: int) -> None:
+    def __init__(self, owners: dict[int, RowErrors], count: int,
+                 logged: RowErrors | None = None) -> None:
         self.owners = owners
         self.count = count
+        self.logged = logged
 
     def report(self, path: str, line: int, reason: str) -> None:
         owner = self.owners.get(line % self.count)
@@ -67,3 +72,5 @@ class LineOwners:
                 return
             owner = first
         owner.report(path, line, reason)
+        if self.logged is not None:
+            self.logged.report(path, line, reason)

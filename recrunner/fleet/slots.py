@@ -147,11 +147,14 @@ def convert_for_trainers(cfg: RootConfig, out: Path) -> None:
     fingerprints = [source_fingerprint(cfg.dataset, spec, pre, s) for s in shards]
     if all(up_to_date(d, f) is not None for d, f in zip(dirs, fingerprints, strict=True)):
         return
-    owners = {s.index: RowErrors(str(cfg.dataset.on_error), cfg.dataset.max_logged_errors)
-              for s in shards}
+    # Each trainer's count for its manifest; the lines logged once for the file, as mode=local
+    # logs them (max_logged -1: the owners are silent).
+    policy = str(cfg.dataset.on_error)
+    owners = {s.index: RowErrors(policy, max_logged=-1) for s in shards}
+    logged = RowErrors(policy, cfg.dataset.max_logged_errors)
     writers = [ShardWriter(d, ROWS_PER_FILE) for d in dirs]
     row = 0
-    for batch in iter_examples(cfg.dataset, spec, pre, LineOwners(owners, world)):
+    for batch in iter_examples(cfg.dataset, spec, pre, LineOwners(owners, world, logged)):
         for shard, writer in zip(shards, writers, strict=True):
             writer.write(stride_rows(batch, row, shard))
         row += len(batch)
