@@ -24,6 +24,7 @@ from typing import Any
 from recrunner.errors import RecrunnerError
 from recrunner.k8s import kinds
 from recrunner.k8s.secrets import scrub
+from recrunner.user_cache import user_cache
 
 FIELD_MANAGER = "recrunner"
 # Conflicts are forced: the config is the source of truth for every field recrunner sets (as
@@ -68,9 +69,8 @@ def discovery_cache(host: str) -> Path:
     """Where the dynamic client keeps what discovery found, per API server (as kubectl keeps
     ~/.kube/cache/discovery): later commands skip the discovery requests. A kind missing from
     it is looked up again, so a CRD installed meanwhile is found."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     name = hashlib.sha256(host.encode()).hexdigest()[:16]
-    path = root / "recrunner" / "discovery" / f"{name}.json"
+    path = user_cache("discovery", f"{name}.json")
     with contextlib.suppress(OSError):  # unwritable: the client then just discovers every time
         path.parent.mkdir(parents=True, exist_ok=True)
     return path

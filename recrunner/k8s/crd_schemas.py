@@ -10,12 +10,12 @@ cannot be written or read is only slower.
 import contextlib
 import hashlib
 import json
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from recrunner import atomic
+from recrunner.user_cache import user_cache
 
 Schemas = dict[tuple[str, str], dict[str, Any]]
 # Part of the cache's names: a change to what is kept (the key layout, the parsing) bumps it.
@@ -28,8 +28,7 @@ def default_crd_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "recrunner" / "crd-schemas"
+    return user_cache("crd-schemas")
 
 
 def parse(text: str) -> Schemas:
