@@ -73,9 +73,10 @@ def _from_json(text: str) -> Schemas | None:
     return {(api_version, kind): schema for api_version, kind, schema in entries}
 
 
-def schemas_in(path: Path) -> Schemas:
-    """What `parse` gives for the file, from the cache when it holds this file's bytes."""
-    data = path.read_bytes()
+def schemas_in(path: Path, data: bytes | None = None) -> Schemas:
+    """What `parse` gives for the file, from the cache when it holds this file's bytes
+    (`data`: those bytes, when the caller has read them already)."""
+    data = path.read_bytes() if data is None else data
     cached = cache_dir() / f"{hashlib.sha256(data).hexdigest()}-v{CACHE_FORMAT}.json"
     with contextlib.suppress(OSError, ValueError):
         kept = _from_json(cached.read_text())
@@ -107,10 +108,10 @@ def load_crd_schema(crd_dir: str, api_version: str, kind: str) -> dict[str, Any]
     InferenceService CRD alone is 2 MB: a PaddleJob check should not pay for it)."""
     group = api_version.rpartition("/")[0]
     for path in sorted(Path(crd_dir).glob("*.yaml")):
-        text = path.read_text()
-        if f"group: {group}" not in text or f"kind: {kind}" not in text:
+        data = path.read_bytes()
+        if f"group: {group}".encode() not in data or f"kind: {kind}".encode() not in data:
             continue
-        schema = schemas_in(path).get((api_version, kind))
+        schema = schemas_in(path, data).get((api_version, kind))
         if schema is not None:
             return schema
     return None
