@@ -37,6 +37,16 @@ def recrun(*args: str, cwd: Path | None = None, timeout: float = 300,
                           env={**os.environ, **(env or {})})
 
 
+def free_port() -> int:
+    """A port nothing listens on now (a server given `serving.port` from here is also given
+    `serving.grpc_port=0`: its default, the next port, may be taken)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def shared_file(relative: str) -> Path:
     path = SHARED / relative
     if not path.exists():

@@ -7,7 +7,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -17,13 +16,7 @@ import pytest
 
 from recrunner.config.compose import load
 from recrunner.errors import RecrunnerError
-from tests.conftest import SMALL_MODEL, data_overrides, recrun
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.conftest import SMALL_MODEL, data_overrides, free_port, recrun
 
 
 def version_of(export: Path) -> str:
@@ -67,7 +60,8 @@ class Client(threading.Thread):
 @pytest.fixture
 def base(small_synth: dict[str, str], tmp_path: Path) -> list[str]:
     return [*SMALL_MODEL, *data_overrides(small_synth), "runner.epochs=1",
-            f"serving.model_dir={tmp_path / 'served'}", f"serving.port={free_port()}"]
+            f"serving.model_dir={tmp_path / 'served'}", "serving.grpc_port=0",
+            f"serving.port={free_port()}"]  # last: tests read it from there
 
 
 @pytest.fixture

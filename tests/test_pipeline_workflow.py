@@ -5,7 +5,6 @@ import copy
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import yaml
 from recrunner.config.compose import load
 from recrunner.k8s import rbac, validate
 from recrunner.pipeline import submit as pipeline_submit
-from tests.conftest import REPO, SMALL_MODEL, data_overrides, recrun, shared_file
+from tests.conftest import REPO, SMALL_MODEL, data_overrides, free_port, recrun, shared_file
 from tests.pss_restricted import violations
 
 BASE = ["cluster=k8s", "cluster.image=registry.example.com/recrunner:0.1", "cluster.namespace=ctr"]
@@ -193,12 +192,6 @@ def test_a_served_folder_off_the_volume_is_refused_in_one_line(tmp_path: Path) -
 
 # --- the container steps' commands, run here in the workflow's order ---------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def here(argv: list[str], run: str, port: int) -> list[str]:
     """A step's command as this machine runs it: the workflow's name filled in, the cluster
     service's address replaced by the local stand-in's."""
@@ -244,8 +237,10 @@ def test_the_workflows_commands_do_what_the_steps_claim(small_synth: dict[str, s
                 if server is not None:
                     continue  # the same revision: KServe moves the traffic, nothing restarts
                 isvc = manifest(t[name])
-                argv = [a if not a.startswith("serving.port=") else f"serving.port={port}"
-                        for a in isvc["spec"]["predictor"]["containers"][0]["command"]]
+                # Its gRPC on any free port: the default, port + 1, may be taken here.
+                argv = [*(a if not a.startswith("serving.port=") else f"serving.port={port}"
+                          for a in isvc["spec"]["predictor"]["containers"][0]["command"]),
+                        "serving.grpc_port=0"]
                 server = subprocess.Popen(here(argv, run, port), cwd=REPO,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 wait_ready(port)

@@ -24,7 +24,7 @@ from recrunner.serving import client, protocol, raw_rows
 from recrunner.serving.batcher import MicroBatcher
 from recrunner.serving.k8s import CLIENT_CONF, SERVER_CONF, render_service
 from recrunner.serving.server import INFERENCE_PATH, Server
-from tests.conftest import REPO, recrun
+from tests.conftest import REPO, free_port, recrun
 
 pytestmark = pytest.mark.slow
 ATOL = 1e-5  # the engine may be ONNX Runtime: equal to paddle.inference within 1e-5
@@ -306,20 +306,19 @@ def test_bench_serve_reports_latency_and_quality(server: Server, synth_data: dic
 
 def test_sigterm_finishes_in_flight_requests(export_dir: Path, rows: client.Labeled,
                                              offline: dict[str, np.ndarray]) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     # batch_wait_ms holds each request in the batcher, so one is in flight at SIGTERM.
     proc = subprocess.Popen(
         [sys.executable, "-m", "recrunner", "serve", f"serving.model_dir={export_dir}",
-         f"serving.port={port}", "serving.engine=paddle", "serving.batch_wait_ms=1500"],
+         f"serving.port={port}", "serving.grpc_port=0", "serving.engine=paddle",
+         "serving.batch_wait_ms=1500"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stderr is not None
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and proc.poll() is None:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
                 conn.request("GET", "/healthz")

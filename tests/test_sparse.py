@@ -24,7 +24,7 @@ from recrunner.serving import client
 from recrunner.serving.server import Server
 from recrunner.sparse.publish import Publisher
 from recrunner.sparse.store import ShardedStore
-from tests.conftest import SMALL_MODEL, recrun
+from tests.conftest import SMALL_MODEL, free_port, recrun
 from tests.test_online import days
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
@@ -35,12 +35,6 @@ EVICT = ["model.evict_after_passes=2"]
 TOLERANCE = 1e-5  # the export's own check
 # against `recrun predict`, which prints 7 decimals
 PRINTED = TOLERANCE + 5e-8
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RedisNode:
