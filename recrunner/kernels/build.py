@@ -30,8 +30,9 @@ from recrunner.fleet.job_env import is_plain
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("ops.cc")
-# -ffp-contract=off: no fused multiply-adds the plain operators would not do either.
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off")
+# -ffp-contract=off: no fused multiply-adds the plain operators would not do either. -g0:
+# Python's own flags ask for debug information, a third of the build's time (19 s vs 14 s).
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-g0")
 BUILD_TIMEOUT_S = 600
 # The child: Paddle's builder, verbose into the log.
 _BUILD = ("import sys\n"
@@ -95,7 +96,7 @@ def build_and_register(paddle_version: str) -> Path | str:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one build; the others wait for it
             if not library.is_file() and not failed.is_file():
                 log.info("building recrunner's fused CPU kernels for this machine (once, "
-                         "about 20 s): %s", folder)
+                         "about 15 s): %s", folder)
                 why = _compile(name, root)
                 if why is not None:
                     failed.write_text(why + "\n")
