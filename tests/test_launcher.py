@@ -15,17 +15,17 @@ PS = {"server": 1, "trainer": 2}
 
 
 def statuses(*trainers: tuple[str, str]) -> list[status.ProcessStatus]:
+    """The server running, and each trainer with its (state, startup)."""
     return [status.ProcessStatus("server", 0, 1, status.RUNNING),
-            *(status.ProcessStatus("trainer", i, 2 + i, state, message)
-              for i, (state, message) in enumerate(trainers))]
+            *(status.ProcessStatus("trainer", i, 2 + i, state, startup=startup)
+              for i, (state, startup) in enumerate(trainers))]
 
 
 @pytest.mark.parametrize(("trainers", "expected", "formed"), [
     # trainer 1 still in Paddle's start-up: the hang seen in the suite
     ([(status.RUNNING, status.FORMED), (status.RUNNING, "")], PS, False),
     # its start-up watchdog gave up
-    ([(status.RUNNING, status.FORMED),
-      (status.FAILED, f"trainer 1: forming the PS job {status.NOT_FORMED}=120s")], PS, False),
+    ([(status.RUNNING, status.FORMED), (status.FAILED, status.TIMED_OUT)], PS, False),
     ([(status.RUNNING, status.FORMED), (status.RUNNING, status.FORMED)], PS, True),  # training
     ([(status.DONE, ""), (status.RUNNING, "")], PS, True),  # one trained its share
     ([(status.RUNNING, status.FORMED)], PS, True),  # a trainer not even started: not that case
@@ -36,9 +36,10 @@ def test_a_ps_job_not_formed_is_told_apart(trainers: list[tuple[str, str]],
     assert launcher.not_formed(statuses(*trainers), expected) is (not formed)
 
 
-def silent_job(tmp_path: Path, trainer_1: str) -> launcher.Outcome:
+def silent_job(tmp_path: Path, trainer_1: str, state_1: str = status.RUNNING,
+               message_1: str = "") -> launcher.Outcome:
     """supervise() on a PS job whose processes live on and print nothing for
-    mode.timeout_s=1: trainer 0 formed, trainer 1 with message `trainer_1`."""
+    mode.timeout_s=1: trainer 0 formed, trainer 1 in `state_1` with start-up `trainer_1`."""
     out = tmp_path / "run"
     cfg = load(["mode=ps", "mode.servers=1", "mode.trainers=2", "mode.timeout_s=1",
                 f"runner.output_dir={out}"])
@@ -46,9 +47,11 @@ def silent_job(tmp_path: Path, trainer_1: str) -> launcher.Outcome:
     log_dir.mkdir(parents=True)
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        for role, index, message in (("server", 0, ""), ("trainer", 0, status.FORMED),
-                                     ("trainer", 1, trainer_1)):
-            status.write(out, role, index, status.RUNNING, message)
+        for role, index, state, message, startup in (
+                ("server", 0, status.RUNNING, "", ""),
+                ("trainer", 0, status.RUNNING, "", status.FORMED),
+                ("trainer", 1, state_1, message_1, trainer_1)):
+            status.write(out, role, index, state, message, startup=startup)
         (log_dir / "workerlog.0").write_text("create c2c connection done\n")
         # The processes' status files name this process: alive for as long as the test.
         return launcher.supervise(alive, cfg, log_dir)
@@ -67,6 +70,20 @@ def test_silence_of_a_formed_job_fails_it(tmp_path: Path) -> None:
     outcome = silent_job(tmp_path, status.FORMED)
     assert not outcome.ok and not outcome.not_formed
     assert "no sign of life" in outcome.message
+
+
+WATCHDOG = "trainer 1: forming the PS job (servers 127.0.0.1:1) did not complete within " \
+           "mode.timeout_s=120s"
+
+
+@pytest.mark.parametrize(("startup", "unformed"), [(status.TIMED_OUT, True), ("", False)])
+def test_a_start_up_timeout_is_told_by_its_status_not_its_words(
+        tmp_path: Path, startup: str, unformed: bool) -> None:
+    """A trainer failed by its start-up watchdog; the same words from any other failure
+    (a user's path, an error's text) do not make a job look unformed."""
+    outcome = silent_job(tmp_path, startup, status.FAILED, WATCHDOG)
+    assert not outcome.ok and outcome.not_formed is unformed
+    assert "did not complete within mode.timeout_s=120s" in outcome.message
 
 
 @pytest.mark.parametrize(("outcomes", "launches", "ok"), [

@@ -159,7 +159,7 @@ def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome
             echo.poll()
             message = describe_failure(procs, rc, log_dir, expected, seen_dead)
             return Outcome(False, message, port_taken=PORT_IN_USE in message,
-                           not_formed=any(status.NOT_FORMED in p.message for p in failed)
+                           not_formed=any(p.startup == status.TIMED_OUT for p in failed)
                            and not_formed(procs, expected))
         if time.monotonic() >= next_listen_check:  # once a second: it reads the logs
             next_listen_check = time.monotonic() + 1.0
@@ -183,7 +183,7 @@ def not_formed(procs: list[status.ProcessStatus], expected: dict[str, int]) -> b
         return False
     trainers = [p for p in procs if p.role == "trainer"]
     return (len(trainers) == expected["trainer"] and all(p.state != status.DONE for p in trainers)
-            and any(p.message != status.FORMED for p in trainers))
+            and any(p.startup != status.FORMED for p in trainers))
 
 
 def describe_failure(procs: list[status.ProcessStatus], rc: int | None, log_dir: Path,

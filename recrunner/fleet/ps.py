@@ -635,7 +635,8 @@ def run_ps(cfg: RootConfig, role: Role) -> dict[str, Any] | None:
     fleet.util.barrier()
     fleet.init_worker()
     watchdog.done.set()
-    status.write(cfg.runner.output_dir, "trainer", role.index, status.RUNNING, status.FORMED)
+    status.write(cfg.runner.output_dir, "trainer", role.index, status.RUNNING,
+                 startup=status.FORMED)
     group = PsTrainerGroup(role, Path(cfg.runner.output_dir) / "dist" / "exchange")
     reader = Reader(cfg, group.shard)
     engine = PsEngine(cfg, role, graph, exe, group, reader, shards)

@@ -11,10 +11,10 @@ from typing import Any
 from recrunner import atomic
 
 RUNNING, DONE, FAILED = "running", "done", "failed"
-# A running PS trainer's message once Paddle's start-up (`fleet.init_worker`) has returned.
-FORMED = "formed"
-# Part of the message of a process whose start-up did not complete (fleet.worker's watchdog).
-NOT_FORMED = "did not complete within mode.timeout_s"
+# A process's start-up (ProcessStatus.startup): unknown (""), FORMED once Paddle's start-up
+# has returned (a PS trainer's `fleet.init_worker`), TIMED_OUT when the start-up watchdog
+# (fleet.worker) gave up on it.
+FORMED, TIMED_OUT = "formed", "timed out"
 
 
 def status_dir(output_dir: str | Path) -> Path:
@@ -29,19 +29,22 @@ class ProcessStatus:
     state: str
     message: str = ""
     time: float = 0.0
+    startup: str = ""
 
     @property
     def name(self) -> str:
         return f"{self.role} {self.index}"
 
 
-def write(output_dir: str | Path, role: str, index: int, state: str, message: str = "") -> None:
+def write(output_dir: str | Path, role: str, index: int, state: str, message: str = "",
+          startup: str = "") -> None:
     d = status_dir(output_dir)
     d.mkdir(parents=True, exist_ok=True)
     # atomic: the launcher never reads half a file
     atomic.write_text(d / f"{role}.{index}.json",
                       json.dumps({"role": role, "index": index, "pid": os.getpid(),
-                                  "state": state, "message": message, "time": time.time()}),
+                                  "state": state, "message": message, "time": time.time(),
+                                  "startup": startup}),
                       "status")
 
 

@@ -26,7 +26,7 @@ class StartupWatchdog:
 
     def _watch(self) -> None:
         if not self.done.wait(self.timeout_s):
-            msg = f"{self.what} {status.NOT_FORMED}={self.timeout_s:.0f}s"
+            msg = f"{self.what} did not complete within mode.timeout_s={self.timeout_s:.0f}s"
             self.on_timeout(msg)
             print(f"recrun train: error: {msg}", file=sys.stderr, flush=True)
             os._exit(1)
@@ -83,9 +83,10 @@ def run_worker(cfg: RootConfig) -> dict[str, Any] | None:
 
 
 def fail_status(cfg: RootConfig, role: Role) -> Any:
+    """The StartupWatchdog's report: this process failed in its start-up."""
     def write(msg: str) -> None:
         status.write(cfg.runner.output_dir, "server" if role.is_server else "trainer",
-                     role.index, status.FAILED, msg)
+                     role.index, status.FAILED, msg, startup=status.TIMED_OUT)
     return write
 
 
