@@ -22,7 +22,9 @@ log = logging.getLogger("recrunner.fleet")
 class CollectiveGroup(LocalGroup):
     """Every rank of the default process group (dist.init_parallel_env must have run)."""
 
-    updates_alone = False  # DataParallel all-reduces the parameters' gradients
+    # DataParallel all-reduces the parameters' gradients; the host-updated tables' rows are
+    # merged by merge_rows below (their weights are kept out of DataParallel's all-reduce).
+    host_tables = True
 
     def __init__(self) -> None:
         import paddle.distributed as dist
@@ -34,8 +36,34 @@ class CollectiveGroup(LocalGroup):
     def wrap(self, net):  # noqa: ANN001, ANN201 - a paddle.nn.Layer
         import paddle
 
-        # Broadcasts rank 0's initial weights and all-reduces gradients (sparse ones too).
+        from recrunner.train.optim import host_table_layers
+
+        # The tables the optimizer updates on the host get no gradient of their own: a trainable
+        # parameter without one would hold back DataParallel's all-reduce of its bucket.
+        for layer in host_table_layers(paddle, net):
+            layer.weight.stop_gradient = True
+        # Broadcasts rank 0's initial weights and all-reduces the dense gradients.
         return paddle.DataParallel(net)
+
+    def merge_rows(self, rows: np.ndarray, grad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every rank's distinct rows of a table (each rank's own are distinct) and their
+        gradients: gathered in rank order, a row's gradients summed in rank order, divided by
+        the world as DataParallel averages (each rank's loss is its own batch's mean): what
+        DataParallel's sparse all-gather and Paddle's merge of the rows give, bit for bit.
+        Identical on every rank."""
+        # One gather: each row's id rides in two float32 columns beside its gradient (a view
+        # of its bytes, not a conversion).
+        ids = np.ascontiguousarray(rows, np.int64).view(np.float32).reshape(-1, 2)
+        parts = self._all_gather(np.concatenate([ids, np.asarray(grad, np.float32)], axis=1))
+        every = [np.ascontiguousarray(p[:, :2]).view(np.int64).reshape(-1) for p in parts]
+        distinct, index = np.unique(np.concatenate(every), return_inverse=True)
+        merged = np.zeros((len(distinct), grad.shape[1]), np.float32)
+        start = 0
+        for part, part_ids in zip(parts, every, strict=True):  # no repeats within a part
+            merged[index[start:start + len(part_ids)]] += part[:, 2:]
+            start += len(part_ids)
+        merged /= np.float32(self.world)
+        return distinct, merged
 
     def _all_gather(self, values: np.ndarray) -> list[np.ndarray]:
         import paddle

@@ -152,7 +152,7 @@ class PsTrainerGroup(LocalGroup):
     """The trainers of a PS job: gloo barriers, and arrays exchanged through files in the
     shared run directory (fleet's gloo helpers carry small Python values only)."""
 
-    updates_alone = False  # the servers apply the gradients
+    host_tables = False  # the servers apply the gradients
 
     def __init__(self, role: Role, exchange: Path) -> None:
         from paddle.distributed import fleet

@@ -39,7 +39,7 @@ class DygraphEngine:
         self.model = group.wrap(self.net)
         self.opt = optim.Adam(self.paddle, self.net, cfg.runner.learning_rate,
                               cfg.runner.table_learning_rate, optim.epoch_decays(cfg.runner),
-                              host_tables=group.updates_alone)
+                              host_tables=group.host_tables, merge_rows=group.merge_rows)
         self.predict_fn = net_predictor(self.net)
         kernels.configure(cfg.runner.fused_kernels, cfg.runner.threads)
         kernels.ready()  # built (once per machine) before the first step, not within it

@@ -16,9 +16,11 @@ class LocalGroup:
 
     rank = 0
     world = 1
-    # Gradients reach the optimizer as autograd left them (no all-reduce of parameters'
-    # gradients): the tables may then be updated on the host (recrunner.train.row_adam).
-    updates_alone = True
+    # The tables may be updated on the host (recrunner.train.row_adam): their gradients are
+    # the rows' own, not parameters' gradients that an all-reduce must see.
+    host_tables = True
+    # How ranks combine the host-updated tables' rows (row_adam.MergeRows): alone, no need.
+    merge_rows: Any = None
 
     @property
     def is_writer(self) -> bool:

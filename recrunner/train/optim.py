@@ -5,7 +5,7 @@ from typing import Any
 
 from recrunner.config.runner import RunnerConfig
 from recrunner.errors import RecrunnerError
-from recrunner.train.row_adam import RowAdam
+from recrunner.train.row_adam import MergeRows, RowAdam
 
 # Adam's moments' decay rates and epsilon (Paddle's defaults), for both parts and for mode=ps's
 # servers (recrunner/fleet/ps_tables.py).
@@ -27,19 +27,28 @@ def epoch_decays(runner: RunnerConfig) -> dict[str, float]:
     return {"dense": dense, "tables": tables}
 
 
+def host_table_layers(paddle: Any, net: Any) -> list[Any]:
+    """The net's embedding tables with sparse gradients when every one of them can be updated
+    on the host (blocks.IdTable's `host_rows`); else none (Paddle's lazy Adam for all)."""
+    layers = [layer for layer in net.sublayers()
+              if isinstance(layer, paddle.nn.Embedding) and layer._sparse]
+    return layers if all(hasattr(layer, "host_rows") for layer in layers) else []
+
+
 class Adam:
     """Adam over all of a net's parameters in two parts: a lazy one for the embedding tables
     with sparse gradients, which updates only the rows a batch touched, and one multi-tensor
     update for the dense parameters, which on the CPU costs one kernel launch instead of one
     per parameter (W&D: 3.8 -> 2.9 ms a step).
 
-    The tables' part is Paddle's lazy Adam on SelectedRows gradients, or, with `host_tables`
-    (a process that updates alone), recrunner.train.row_adam.RowAdam on the rows themselves."""
+    The tables' part is Paddle's lazy Adam on SelectedRows gradients, or, with `host_tables`,
+    recrunner.train.row_adam.RowAdam on the rows themselves (`merge_rows`: how the ranks of a
+    data-parallel group combine their rows first; None for a process alone)."""
 
     def __init__(self, paddle: Any, net: Any, learning_rate: float,
                  table_learning_rate: float | None = None,
-                 decays: Mapping[str, float] | None = None, *, host_tables: bool = False
-                 ) -> None:
+                 decays: Mapping[str, float] | None = None, *, host_tables: bool = False,
+                 merge_rows: MergeRows | None = None) -> None:
         # Each part's rate before decay, and its decay: start_epoch sets the decayed rate.
         self.rates = {"tables": table_learning_rate or learning_rate, "dense": learning_rate}
         self.decays = {"dense": 1.0, "tables": 1.0, **(decays or {})}
@@ -48,8 +57,9 @@ class Adam:
         tables = [layer.weight for layer in layers]
         dense = [p for p in net.parameters() if all(p is not t for t in tables)]
         self.parts: dict[str, Any] = {}
-        if layers and host_tables and all(hasattr(layer, "host_rows") for layer in layers):
-            self.parts["tables"] = RowAdam(layers, self.rates["tables"], BETA1, BETA2, EPSILON)
+        if layers and host_tables and host_table_layers(paddle, net):
+            self.parts["tables"] = RowAdam(layers, self.rates["tables"], BETA1, BETA2, EPSILON,
+                                           merge_rows)
         elif tables:
             self.parts["tables"] = paddle.optimizer.Adam(
                 learning_rate=self.rates["tables"], parameters=tables, lazy_mode=True, beta1=BETA1,

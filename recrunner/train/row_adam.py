@@ -10,17 +10,24 @@ pass that prefetches the rows (recrunner/kernels) or, where those kernels are of
 either is bit-identical to Paddle's (tests/test_row_adam.py). What the update costs is
 random access to the table's and moments' rows.
 
-Only for a process that updates alone (mode=local): DataParallel all-reduces parameter
-gradients, which the leaf's gradient is not, so collective runs keep Paddle's optimizer.
+In a data-parallel group (mode=collective) DataParallel all-reduces parameters' gradients,
+which the leaf's is not: each rank's distinct rows and their gradients are gathered and merged
+alike on every rank instead (`merge_rows`, recrunner.fleet.collective), as DataParallel's
+sparse all-gather and Paddle's merge of its rows would, so every rank's table moves alike.
 The state dict has the keys and shapes Paddle's Adam gives, so checkpoints do not change.
 """
 
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from recrunner import kernels
+
+# (a rank's distinct rows, their gradients) -> every rank's, merged: the rows and gradients
+# the update applies, the same on every rank.
+MergeRows = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 def param_array(tensor: Any) -> np.ndarray:
@@ -58,8 +65,9 @@ class RowAdam:
     rows a step looked up move, as Paddle's `Adam(lazy_mode=True)` on sparse gradients."""
 
     def __init__(self, tables: list[Any], learning_rate: float, beta1: float, beta2: float,
-                 epsilon: float) -> None:
+                 epsilon: float, merge_rows: MergeRows | None = None) -> None:
         self.tables = tables
+        self.merge_rows = merge_rows
         self.lr = learning_rate
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
         self.moments = [np.zeros((*t.weight.shape[:1], 2, t.weight.shape[1]), np.float32)
@@ -76,18 +84,23 @@ class RowAdam:
 
     def step(self) -> None:
         for table, moments, pows in zip(self.tables, self.moments, self.pows, strict=True):
-            if table.touched:
-                self._update(table, moments, pows)
+            # None: looked up, but the loss did not depend on the rows (or not looked up)
+            merged = _merged(table.touched) if table.touched else None
+            if self.merge_rows is not None:  # every rank calls it, with rows or without
+                mine = merged[:2] if merged is not None else (
+                    np.empty(0, np.int64), np.empty((0, table.weight.shape[1]), np.float32))
+                rows, grad = self.merge_rows(*mine)
+                merged = (rows, grad, None) if len(rows) else None
+            if merged is not None:
+                self._update(table, moments, pows, *merged)
 
     def clear_grad(self) -> None:
         for table in self.tables:
             table.touched.clear()
 
-    def _update(self, table: Any, moments: np.ndarray, pows: list[np.float32]) -> None:
-        merged = _merged(table.touched)
-        if merged is None:  # looked up, but the loss did not depend on the rows
-            return
-        rows, grad, values = merged
+    def _update(self, table: Any, moments: np.ndarray, pows: list[np.float32], rows: np.ndarray,
+                grad: np.ndarray, values: np.ndarray | None) -> None:
+        """`values`: the rows as the lookup gathered them (None: read them here)."""
         b1, b2 = self.beta1, self.beta2
         # Paddle 3.0's CPU kernel for sparse gradients (SparseAdamFunctor, lazy) advances the
         # beta powers before it uses them (step t corrects by beta^(t+1): the first step's rows
