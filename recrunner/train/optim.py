@@ -27,11 +27,16 @@ def epoch_decays(runner: RunnerConfig) -> dict[str, float]:
     return {"dense": dense, "tables": tables}
 
 
+def table_layers(paddle: Any, net: Any) -> list[Any]:
+    """The net's embedding tables with sparse gradients."""
+    return [layer for layer in net.sublayers()
+            if isinstance(layer, paddle.nn.Embedding) and layer._sparse]
+
+
 def host_table_layers(paddle: Any, net: Any) -> list[Any]:
     """The net's embedding tables with sparse gradients when every one of them can be updated
     on the host (blocks.IdTable's `host_rows`); else none (Paddle's lazy Adam for all)."""
-    layers = [layer for layer in net.sublayers()
-              if isinstance(layer, paddle.nn.Embedding) and layer._sparse]
+    layers = table_layers(paddle, net)
     return layers if all(hasattr(layer, "host_rows") for layer in layers) else []
 
 
@@ -52,13 +57,12 @@ class Adam:
         # Each part's rate before decay, and its decay: start_epoch sets the decayed rate.
         self.rates = {"tables": table_learning_rate or learning_rate, "dense": learning_rate}
         self.decays = {"dense": 1.0, "tables": 1.0, **(decays or {})}
-        layers = [layer for layer in net.sublayers()
-                  if isinstance(layer, paddle.nn.Embedding) and layer._sparse]
-        tables = [layer.weight for layer in layers]
+        tables = [layer.weight for layer in table_layers(paddle, net)]
         dense = [p for p in net.parameters() if all(p is not t for t in tables)]
+        hosted = host_table_layers(paddle, net) if host_tables else []
         self.parts: dict[str, Any] = {}
-        if layers and host_tables and host_table_layers(paddle, net):
-            self.parts["tables"] = RowAdam(layers, self.rates["tables"], BETA1, BETA2, EPSILON,
+        if hosted:
+            self.parts["tables"] = RowAdam(hosted, self.rates["tables"], BETA1, BETA2, EPSILON,
                                            merge_rows)
         elif tables:
             self.parts["tables"] = paddle.optimizer.Adam(
