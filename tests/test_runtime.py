@@ -35,3 +35,36 @@ print(float(np.abs(got - a.astype("float64") @ b).max()))
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert float(proc.stdout.split()[-1]) < 1e-3
+
+
+def test_paddle_is_imported_with_the_collector_paused_and_its_objects_frozen() -> None:
+    code = """
+import gc
+from recrunner.runtime import gc_paused, import_paddle
+import_paddle()
+print(gc.isenabled(), gc.get_freeze_count())
+gc.disable()
+with gc_paused():
+    pass
+print(gc.isenabled())
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, second = proc.stdout.splitlines()[-2:]
+    enabled, frozen = first.split()
+    # On again after the import; Paddle's modules and classes (~150,000 objects) kept out of
+    # every later collection. A collector that was off stays off.
+    assert enabled == "True" and int(frozen) > 100_000
+    assert second == "False"
+
+
+def test_the_launcher_module_is_paddles_launcher() -> None:
+    from recrunner.fleet import paddle_launch
+
+    proc = subprocess.run([*paddle_launch.command(), "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # Paddle's own argument parser: its options, under its own groups.
+    assert "--nproc_per_node" in proc.stdout and "--master" in proc.stdout
+    assert "Elastic Parameters" in proc.stdout

@@ -236,7 +236,7 @@ def test_a_ps_job_sees_only_what_it_is_handed_and_shows_its_progress(
     assert {str(p.relative_to(out)): leaks(p.read_bytes()) for p in files
             if leaks(p.read_bytes())} == {}
     views = [json.loads(p.read_text()) for p in seen.iterdir()]
-    launcher = [v for v in views if "paddle.distributed.launch" in v["argv"]]
+    launcher = [v for v in views if "recrunner.fleet.paddle_launch" in v["argv"]]
     workers = [v for v in views if "--config-file" in v["argv"] and v not in launcher]
     owner = [v for v in views if v not in launcher + workers]
     assert len(owner) == 2 and all(v["fake"] == sorted(FAKE) for v in owner)  # the user's

@@ -20,7 +20,7 @@ from recrunner import atomic
 from recrunner.config.compose import to_yaml
 from recrunner.config.schema import RootConfig
 from recrunner.errors import RecrunnerError
-from recrunner.fleet import etcd, job_env
+from recrunner.fleet import etcd, job_env, paddle_launch
 from recrunner.fleet.echo import LogEcho
 from recrunner.fleet.elastic import state_dir
 from recrunner.fleet.launcher import child_env, local_run_config, newest_mtime
@@ -40,9 +40,9 @@ def say(msg: str) -> None:
 
 def node_command(cfg: RootConfig, endpoint: str, job_id: str, config_file: Path,
                  log_dir: Path) -> list[str]:
-    """One node's launcher, as a pod runs it too (recrunner.k8s renders the same)."""
+    """One node's launcher with the arguments a pod's has (recrunner.k8s renders the same)."""
     el = cfg.mode.elastic
-    return [sys.executable, "-m", "paddle.distributed.launch",
+    return [*paddle_launch.command(),
             "--master", f"etcd://{endpoint}", "--job_id", etcd.launcher_job_id(job_id),
             "--nnodes", f"{el.min_nodes}:{el.max_nodes}", "--elastic_level", "1",
             "--elastic_timeout", str(el.wait_s), "--max_restart", str(LAUNCHER_MAX_RESTART),

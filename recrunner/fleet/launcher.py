@@ -18,7 +18,7 @@ from typing import Any
 from recrunner import atomic
 from recrunner.config.compose import to_yaml
 from recrunner.config.schema import RootConfig
-from recrunner.fleet import job_env, status
+from recrunner.fleet import job_env, paddle_launch, status
 from recrunner.fleet.echo import LogEcho
 from recrunner.fleet.roles import PORT_IN_USE, DistError, free_ports
 from recrunner.train import checkpoint
@@ -49,7 +49,7 @@ def log_name(role: str, index: int) -> str:
 
 
 def launch_command(cfg: RootConfig, config_file: Path, log_dir: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(log_dir)]
+    cmd = [*paddle_launch.command(), "--log_dir", str(log_dir)]
     if str(cfg.mode.name) == "collective":
         cmd += ["--nproc_per_node", str(cfg.mode.nproc)]
     else:
