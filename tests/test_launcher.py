@@ -119,3 +119,28 @@ def test_launches_again_once_for_a_hang_and_twice_for_a_port(
         with pytest.raises(RecrunnerError):
             launcher.launch(cfg)
     assert seen == launches
+
+
+# The end of a trainer's log when Paddle's launcher stopped the job (a suite run: the launcher,
+# pid 4703, terminated trainer 0 after the server had failed to bind its port).
+TERMINATED = """FatalError: `Termination signal` is detected by the operating system.
+  [TimeInfo: *** Aborted at 1795986990 (unix time) try "date -d @1795986990" ***]
+  [SignalInfo: *** SIGTERM (@0x125f) received by PID 4721 (TID 0x7f3bdd829b80) from PID \
+{sender} ***]
+"""
+
+
+@pytest.mark.parametrize(("sender", "named"), [
+    (4703, "server 0 failed: port taken"),  # the launcher stopped it: the server is the cause
+    (999, "trainer 0 (pid 4721) died"),  # someone else's signal: it died first
+])
+def test_a_process_the_launcher_stopped_is_not_named_as_the_cause(
+        tmp_path: Path, sender: int, named: str) -> None:
+    (tmp_path / "workerlog.0").write_text(TERMINATED.format(sender=sender))
+    procs = [status.ProcessStatus("server", 0, 4719, status.FAILED, "port taken", time=100.0),
+             status.ProcessStatus("trainer", 0, 4721, status.RUNNING, time=90.0)]
+    # Seen dead 0.1 s after the server's failure: its estimated death (one poll earlier) comes
+    # first, as it did in the run that blamed the trainer.
+    seen_dead = {4721: 100.1}
+    message = launcher.describe_failure(procs, 1, tmp_path, PS, seen_dead, launcher_pid=4703)
+    assert message.startswith(named), message

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -157,7 +158,7 @@ def supervise(proc: subprocess.Popen, cfg: RootConfig, log_dir: Path) -> Outcome
         if first_bad is not None and (time.monotonic() - first_bad >= SETTLE_S or rc is not None
                                       and time.monotonic() - first_bad >= SETTLE_S / 2):
             echo.poll()
-            message = describe_failure(procs, rc, log_dir, expected, seen_dead)
+            message = describe_failure(procs, rc, log_dir, expected, seen_dead, proc.pid)
             return Outcome(False, message, port_taken=PORT_IN_USE in message,
                            not_formed=any(p.startup == status.TIMED_OUT for p in failed)
                            and not_formed(procs, expected))
@@ -187,20 +188,25 @@ def not_formed(procs: list[status.ProcessStatus], expected: dict[str, int]) -> b
 
 
 def describe_failure(procs: list[status.ProcessStatus], rc: int | None, log_dir: Path,
-                     expected: dict[str, int], seen_dead: dict[int, float]) -> str:
+                     expected: dict[str, int], seen_dead: dict[int, float],
+                     launcher_pid: int | None = None) -> str:
     """Name the first process that went wrong: the others usually fail because of it."""
-    events: list[tuple[float, int, status.ProcessStatus]] = []
+    # (stopped by the launcher, when, tie rank, process)
+    events: list[tuple[bool, float, int, status.ProcessStatus]] = []
     for p in procs:
         if p.state == status.FAILED:
-            events.append((p.time, 2, p))
+            events.append((False, p.time, 2, p))
         elif p.state == status.RUNNING and p.pid in seen_dead:
             # It died up to one poll before it was seen; on a tie it is the likelier cause,
             # unless its log shows it crashed (peers crash when a process vanishes; one killed
-            # outright leaves no report).
-            crashed = crash_reported(log_dir / log_name(p.role, p.index))
-            events.append((seen_dead[p.pid] - POLL_S - 0.05, 1 if crashed else 0, p))
+            # outright leaves no report). One the launcher itself terminated was stopped
+            # because another failed: that one is named, whenever the death was seen.
+            tail = log_tail(log_dir / log_name(p.role, p.index))
+            stopped = launcher_pid is not None and signal_sender(tail) == launcher_pid
+            events.append((stopped, seen_dead[p.pid] - POLL_S - 0.05,
+                           1 if crash_reported(tail) else 0, p))
     if events:
-        _, _, p = min(events, key=lambda e: (e[0], e[1]))
+        *_, p = min(events, key=lambda e: e[:3])
         log_file = log_dir / log_name(p.role, p.index)
         if p.state == status.FAILED:
             return f"{p.name} failed: {p.message}; log: {log_file}"
@@ -233,15 +239,30 @@ def server_not_listening(log_dir: Path, servers: int) -> str:
     return ""
 
 
-def crash_reported(log_file: Path) -> bool:
-    """Whether a process's log ends with a crash report (Paddle's fatal-signal handler)."""
+def log_tail(log_file: Path, size: int = 8192) -> bytes:
+    """The end of a process's log (b"" when it cannot be read)."""
     try:
         with open(log_file, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
-            tail = f.read()
+            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+            return f.read()
     except OSError:
-        return False
+        return b""
+
+
+def crash_reported(tail: bytes) -> bool:
+    """Whether a log's tail ends with a crash report (Paddle's fatal-signal handler)."""
     return b"FatalError" in tail or b"terminate called" in tail
+
+
+# Paddle's fatal-signal handler: "*** SIGTERM (@0x125f) received by PID 4721 (TID 0x7f..) from
+# PID 4703 ***".
+SIGNAL_REPORT = re.compile(rb"received by PID \d+ \(TID \w+\) from PID (\d+)")
+
+
+def signal_sender(tail: bytes) -> int | None:
+    """The pid that sent the signal a log's crash report names, if it names one."""
+    found = SIGNAL_REPORT.findall(tail)
+    return int(found[-1]) if found else None
 
 
 def newest_mtime(dirs: list[Path]) -> float:
