@@ -510,7 +510,7 @@ class PsEngine:
         dist = self.out / "dist"
         atomic.write_text(dist / rebuild.CONFIG, to_yaml(self.cfg), "config")
         atomic.write_text(dist / rebuild.EXTRA, json.dumps(extra), "config")
-        rebuild.rebuild_here(self.out, ckpt.path / MODEL_FILE)
+        rebuild.rebuild_here(self.out, ckpt.path / MODEL_FILE, self.cfg)
         return export_dir
 
 

@@ -17,12 +17,18 @@ every PS job, most of it Paddle's import).
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from recrunner.config.schema import RootConfig
 
 CONFIG = "export_config.yaml"
 EXTRA = "export_extra.json"
 
 
-def rebuild(run_dir: Path, state_file: Path) -> Path:
+def rebuild(run_dir: Path, state_file: Path, cfg: "RootConfig | None" = None) -> Path:
+    """The export from the run's `dist/` files; `cfg`: the config those files were written
+    from, when the caller holds it (reading it back costs ~0.4 CPU-s)."""
     from recrunner.config.compose import load_resolved
     from recrunner.export import save_export
     from recrunner.fleet import ps_saved
@@ -32,7 +38,8 @@ def rebuild(run_dir: Path, state_file: Path) -> Path:
     from recrunner.train.checkpoint import at_path
 
     dist = run_dir / "dist"
-    cfg = load_resolved(dist / CONFIG)
+    if cfg is None:
+        cfg = load_resolved(dist / CONFIG)
     paddle = import_paddle(cfg.runner.threads)
     net = build_net(cfg)
     state = ps_saved.complete_state(paddle.load(str(state_file)), at_path(state_file.parent),
@@ -46,7 +53,7 @@ def rebuild(run_dir: Path, state_file: Path) -> Path:
     return export_dir
 
 
-def rebuild_here(run_dir: Path, state_file: Path) -> Path:
+def rebuild_here(run_dir: Path, state_file: Path, cfg: "RootConfig") -> Path:
     """`rebuild` in this process, which runs Paddle's legacy static graph: in dygraph mode,
     under the PIR guard, with fresh names, then back to static mode. The names: the program's
     ops carry a `struct_name` from the layers built so far in the process (Paddle's private
@@ -60,7 +67,7 @@ def rebuild_here(run_dir: Path, state_file: Path) -> Path:
     try:
         framework._name_struct = framework.NameStruct()
         with paddle.pir_utils.DygraphPirGuard(), paddle.utils.unique_name.guard():
-            return rebuild(run_dir, state_file)
+            return rebuild(run_dir, state_file, cfg)
     finally:
         framework._name_struct = built
         paddle.enable_static()
