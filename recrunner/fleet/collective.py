@@ -15,6 +15,7 @@ from recrunner.train.driver import RunDriver
 from recrunner.train.dygraph import DygraphEngine
 from recrunner.train.group import LocalGroup
 from recrunner.train.reading import Reader
+from recrunner.train.row_adam import sum_rows
 
 log = logging.getLogger("recrunner.fleet")
 
@@ -56,12 +57,7 @@ class CollectiveGroup(LocalGroup):
         ids = np.ascontiguousarray(rows, np.int64).view(np.float32).reshape(-1, 2)
         parts = self._all_gather(np.concatenate([ids, np.asarray(grad, np.float32)], axis=1))
         every = [np.ascontiguousarray(p[:, :2]).view(np.int64).reshape(-1) for p in parts]
-        distinct, index = np.unique(np.concatenate(every), return_inverse=True)
-        merged = np.zeros((len(distinct), grad.shape[1]), np.float32)
-        start = 0
-        for part, part_ids in zip(parts, every, strict=True):  # no repeats within a part
-            merged[index[start:start + len(part_ids)]] += part[:, 2:]
-            start += len(part_ids)
+        distinct, merged = sum_rows(every, [p[:, 2:] for p in parts])
         merged /= np.float32(self.world)
         return distinct, merged
 

@@ -184,12 +184,21 @@ def _merged(touched: list[tuple[np.ndarray, Any, np.ndarray]]
         return None
     if len(parts) == 1:
         return parts[0]
-    rows = np.concatenate([p[0] for p in parts])
-    grads = np.concatenate([p[1] for p in parts])
-    distinct, index = np.unique(rows, return_inverse=True)
-    merged = np.zeros((len(distinct), grads.shape[1]), np.float32)
-    np.add.at(merged, index, grads)
+    distinct, merged = sum_rows([p[0] for p in parts], [p[1] for p in parts])
     return distinct, merged, None
+
+
+def sum_rows(ids: list[np.ndarray], grads: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ids of several parts (each part's ids distinct: a lookup's, a rank's) and
+    each id's gradients summed part by part, in the parts' order: the order Paddle's merge of
+    a SelectedRows gradient adds them in."""
+    distinct, index = np.unique(np.concatenate(ids), return_inverse=True)
+    merged = np.zeros((len(distinct), grads[0].shape[1]), np.float32)
+    start = 0
+    for part_ids, grad in zip(ids, grads, strict=True):  # no repeats within a part
+        merged[index[start:start + len(part_ids)]] += grad
+        start += len(part_ids)
+    return distinct, merged
 
 
 def _put_rows(target: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
