@@ -137,7 +137,7 @@ def split_rows(rows: paddle.Tensor, dim: int) -> tuple[paddle.Tensor, paddle.Ten
 class Linear(nn.Linear):
     """nn.Linear (same parameters), optionally followed by a ReLU (`relu`), whose training
     step in dygraph is recrunner's fused kernel (recrunner/kernels: the bias and the ReLU in
-    one pass over the GEMM's output, and one backward pass before the two GEMMs), or, where
+    one pass over the GEMM's output, and one backward pass before the GEMMs), or, where
     that kernel is off or unavailable and in mode=ps's static graph, a bias added by a
     matmul, whose gradient ones^T @ grad is one fast GEMV."""
 
