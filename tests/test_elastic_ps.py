@@ -316,3 +316,31 @@ def test_cluster_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
     # The servers' endpoints come from the operator's ConfigMap, named after the job.
     assert pod["containers"][0]["envFrom"] == [{"configMapRef": {"name": "ctr-job"}}]
     assert pod["containers"][0]["command"] == worker["containers"][0]["command"]
+
+
+def test_a_mid_epoch_checkpoint_counts_a_task_whose_claim_lapsed_as_retried(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A restart's queue starts afresh: a task whose trainer died before the checkpoint is
+    claimed once after it, so the checkpoint counts it as retried (as it counts a task
+    already claimed twice); tasks done at the first claim, or never claimed, are not."""
+    from types import SimpleNamespace
+
+    from recrunner.elasticps import master
+    from recrunner.elasticps.tasks import Task
+    from recrunner.train.engine import ModelState
+
+    # tasks 0 and 1 done (1 after a second claim), 2 claimed by a trainer that died, 3 untried
+    queue = SimpleNamespace(
+        pause=lambda paused: None, wait_idle=lambda epoch, poll: None,
+        done=lambda epoch: {0: "1", 1: "2"}, tries=lambda epoch: {0: 1, 1: 2, 2: 1})
+    engine = object.__new__(master.MasterEngine)
+    for name, value in {"queue": queue, "in_epoch": True, "position": 0, "epoch_rows": 0,
+                        "counted": set(), "rows_trained": 0,
+                        "totals": {"done": 5, "retried": 1, "lost": 0},
+                        "tasks": [Task(i, "f", i * 10, 10, 1) for i in range(4)],
+                        "batches": dict.fromkeys(range(4), 1),
+                        "save_still": lambda root, name: ModelState({}, {}, {})}.items():
+        monkeypatch.setattr(engine, name, value, raising=False)
+    state = engine.state(tmp_path, 0)
+    assert state.extra["elastic"]["tasks"] == {"done": 5, "retried": 3, "lost": 0}
+    assert state.extra["tasks_done"] == {"0": "1", "1": "2"}

@@ -136,8 +136,13 @@ class MasterEngine(PsEngine):
         state.extra[midepoch.LATE_STEPS] = self.position - before[0]
         state.extra[midepoch.LATE_ROWS] = self.epoch_rows - before[1]
         # The counts so far, this epoch's retries included (a restart's queue starts afresh).
-        state.extra["elastic"] = {"tasks": {**self.totals, "retried": self.totals["retried"]
-                                            + self.retried(epoch + 1)},
+        # A task tried and not done here lost its claim (wait_idle let every claim finish or
+        # lapse): after a restart it is claimed again, once, in the new queue, so it is
+        # counted as retried now.
+        retried = sum(1 for task, tries in self.queue.tries(epoch + 1).items()
+                      if tries > 1 or task not in done)
+        state.extra["elastic"] = {"tasks": {**self.totals,
+                                            "retried": self.totals["retried"] + retried},
                                   "rows_trained": self.rows_trained}
         return state
 
