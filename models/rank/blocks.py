@@ -137,9 +137,13 @@ def split_rows(rows: paddle.Tensor, dim: int) -> tuple[paddle.Tensor, paddle.Ten
 class Linear(nn.Linear):
     """nn.Linear (same parameters), optionally followed by a ReLU (`relu`), whose training
     step in dygraph is recrunner's fused kernel (recrunner/kernels: the bias and the ReLU in
-    one pass over the GEMM's output, and one backward pass before the GEMMs), or, where
-    that kernel is off or unavailable and in mode=ps's static graph, a bias added by a
-    matmul, whose gradient ones^T @ grad is one fast GEMV."""
+    one pass over the GEMM's output, and one backward pass before the two GEMMs), or, where
+    that kernel is off or unavailable, Paddle's matmul and broadcast add: the add's gradient
+    sums the batch's rows in order, on every CPU, as the kernel does. In mode=ps's static
+    graph the bias is added by a matmul, whose gradient ones^T @ grad is one fast GEMV (+12%),
+    but MKL sums those rows in an order of its own, which differs between CPUs (in order on
+    AMD's EPYC, not on an Intel Xeon with AVX-512): in dygraph the fused and the plain
+    operators must train one model bit for bit (tests/test_kernels.py)."""
 
     def __init__(self, in_features: int, out_features: int, *, relu: bool = False,
                  **kwargs: Any) -> None:
@@ -151,12 +155,10 @@ class Linear(nn.Linear):
             out = super().forward(x)
         elif paddle.in_dynamic_mode() and _fused_kernels():
             return _fused_dense(x, self.weight, self.bias, self.relu)
+        elif paddle.in_dynamic_mode():
+            out = paddle.matmul(x, self.weight) + self.bias
         else:
-            # Also in mode=ps's static graph (whose batch size is known only when run): +12%.
-            if paddle.in_dynamic_mode():
-                ones = paddle.ones([x.shape[0], 1], dtype=x.dtype)
-            else:
-                ones = paddle.ones_like(x[:, :1])
+            ones = paddle.ones_like(x[:, :1])  # the batch size is known only when run
             out = paddle.matmul(x, self.weight) + paddle.matmul(ones, self.bias.unsqueeze(0))
         return F.relu(out) if self.relu else out
 
