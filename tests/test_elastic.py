@@ -233,28 +233,17 @@ def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
     a_args = [*elastic(a_run, f"mode.elastic.etcd={endpoint}", "mode.elastic.nodes=1",
                        "mode.elastic.job_id=shared", "runner.epochs=2"),
               *data_overrides(synth_data)]
-    a = start(*a_args)
-    # b must still be training when the test holds its trainers: at two nodes it trained two
-    # epochs of small_data in 2.5 s once, ending before the test saw it (CI, 2026-11-28). Six
-    # give the polls a window of seconds; they cost nothing while b is held.
+    # b starts first and is held (its trainers SIGSTOPped) from its first steps at world size
+    # 2 until a's new node has registered, so that b is surely running then: Paddle deletes the
+    # keys under /paddle/<a's id> when a node registers, which would be b's too but for the
+    # "~" that ends every id (b's launchers would see their heartbeats vanish and restart).
+    # Started after a, b once trained all its epochs while a was still starting (an Intel
+    # host, 2026-12-06: six epochs of small_data in 1.7 s), and before that two epochs in
+    # 2.5 s (CI, 2026-11-28).
     b = start(*elastic(b_run, f"mode.elastic.etcd={endpoint}", "mode.elastic.job_id=shared2",
                        "runner.epochs=6"), *data_overrides(small_data))
     held: list[int] = []
     try:
-        # Job a's trainer is held (SIGSTOP; its launcher goes on) from step 3 of its first
-        # epoch, so that the join lands mid-epoch however long job b takes to form (under load,
-        # a alone once finished both epochs before b trained on two nodes); the launcher's
-        # SIGTERM (all restart at the new size) waits for the trainer, which then saves where
-        # it stopped.
-        wait_for("job a training", lambda: progress(a_run).get("step", 0) >= 3, proc=a)
-        [trainer] = trainer_pids(a_run, next(iter(nodes(a_run))))
-        os.kill(trainer, signal.SIGSTOP)
-        held.append(trainer)
-        stopped_at = progress(a_run)["step"]
-        # Job b's trainers are held too, from their first steps until a's new node has
-        # registered, so that b is surely running then: Paddle deletes the keys under
-        # /paddle/<a's id> when a node registers, which would be b's too but for the "~" that
-        # ends every id (b's launchers would see their heartbeats vanish and restart).
         def b_trainers_at_two() -> list[int]:
             """b's two trainers once it trains at world size 2 (none while it restarts)."""
             if progress(b_run).get("world_size") != 2:
@@ -269,6 +258,17 @@ def test_join_and_two_jobs_on_one_etcd(etcd_server, synth_data: dict[str, str],
         for pid in b_trainers:
             os.kill(pid, signal.SIGSTOP)
             held.append(pid)
+        a = start(*a_args)
+        # Job a's trainer is held (SIGSTOP; its launcher goes on) from step 3 of its first
+        # epoch, so that the join lands mid-epoch however long the joiner takes to start
+        # (under load, a alone once finished both epochs before a second node joined); the
+        # launcher's SIGTERM (all restart at the new size) waits for the trainer, which then
+        # saves where it stopped.
+        wait_for("job a training", lambda: progress(a_run).get("step", 0) >= 3, proc=a)
+        [trainer] = trainer_pids(a_run, next(iter(nodes(a_run))))
+        os.kill(trainer, signal.SIGSTOP)
+        held.append(trainer)
+        stopped_at = progress(a_run)["step"]
         joiner = start(*a_args, "runner.resume=true")
         keys = EtcdKeys(endpoint, launcher_job_id("shared"))
         # proc: a joiner that exits (instead of registering) fails with its own message.
