@@ -30,14 +30,25 @@ MODES = {
 }
 
 
-def make_data(root: Path, rows: int) -> dict[str, str]:
-    """`rows` training rows and a quarter as many test rows of the synthetic click model."""
+def make_data(root: Path, rows: int, test_rows: int | None = None) -> dict[str, str]:
+    """`rows` training rows and `test_rows` (default a quarter as many) test rows of the
+    synthetic click model."""
     from recrunner.data.synth import generate
 
     data = {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
     generate(data["train"], rows, 7, 0)
-    generate(data["test"], rows // 4, 7, 1)
+    generate(data["test"], rows // 4 if test_rows is None else test_rows, 7, 1)
     return data
+
+
+def mode_names(parser: argparse.ArgumentParser, only: str) -> list[str]:
+    """--only's comma-separated modes, each one of MODES (else the parser's one-line error)."""
+    names = only.split(",")
+    unknown = [n for n in names if n not in MODES]
+    if unknown:
+        parser.error(f"--only: unknown mode(s) {', '.join(unknown)}; "
+                     f"choose from {', '.join(MODES)}")
+    return names
 
 
 def run(mode: list[str], data: dict[str, str], out: Path, epochs: int = 1,
@@ -65,7 +76,9 @@ def main() -> None:
     parser.add_argument("--model", default="wide_deep")
     parser.add_argument("--only", default=",".join(MODES), help="comma-separated modes")
     args = parser.parse_args()
-    names = args.only.split(",")
+    if args.rows < 4 or args.epochs < 1:
+        parser.error("--rows must be at least 4 and --epochs at least 1")
+    names = mode_names(parser, args.only)
     if "local" not in names:
         names.insert(0, "local")
     with tempfile.TemporaryDirectory() as tmp:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psutil
 import quiet
-from bench_modes import MODES, run
+from bench_modes import MODES, make_data, mode_names, run
 
 HERE = Path(__file__).resolve().parent
 TEST_ROWS = 2000
@@ -90,15 +90,19 @@ def epochs_cpu(mode: list[str], data: dict[str, str], out: Path, model: str,
 
 
 def gemm_limit(model: str, threads: int) -> float:
-    """profile_train_step.py's GEMM-only limit for `model` at `threads` threads."""
+    """profile_train_step.py's GEMM-only limit for `model` at `threads` threads, in a process
+    of its own (Paddle's threads are set once a process)."""
     proc = subprocess.run([sys.executable, str(HERE / "profile_train_step.py"), "--steps", "5",
                            "--rounds", "3", f"model={model}", f"runner.threads={threads}"],
                           capture_output=True, text=True, timeout=900,
                           env={**os.environ, quiet.CHILD: "1"})
-    for line in proc.stdout.splitlines():
-        if line.startswith("{") and json.loads(line)["bench"] == "gemm_limit":
-            return float(json.loads(line)["examples_per_sec"])
-    raise SystemExit(f"profile_train_step.py gave no limit: {proc.stderr.strip()[-2000:]}")
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    for row in rows:
+        if row["bench"] == "gemm_limit":
+            return float(row["examples_per_sec"])
+    # Its last line names the cause (a config error, say); its traceback adds nothing here.
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    raise SystemExit(f"profile_train_step.py gave no limit for model={model}: {last}")
 
 
 def main() -> None:
@@ -108,8 +112,9 @@ def main() -> None:
     parser.add_argument("--model", default="wide_deep", help="the dense model to bound")
     parser.add_argument("--only", default="local,collective-2,ps-async-2,ps-geo-2")
     args = parser.parse_args()
-    from recrunner.data.synth import generate
-
+    if args.rows < 1:
+        parser.error("--rows must be at least 1")
+    names = mode_names(parser, args.only)
     cores = os.cpu_count() or 1
     limit_2, limit_1 = gemm_limit(args.model, 2), gemm_limit(args.model, 1)
     gemm = 1 / limit_1  # CPU-seconds of GEMM per example
@@ -118,10 +123,8 @@ def main() -> None:
                       "gemm_cpu_us_per_example": round(gemm * 1e6, 2)}), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        data = {"train": str(root / "train.tsv"), "test": str(root / "test.tsv")}
-        generate(data["train"], args.rows, 7, 0)
-        generate(data["test"], TEST_ROWS, 7, 1)
-        for name in args.only.split(","):
+        data = make_data(root, args.rows, TEST_ROWS)
+        for name in names:
             per_model, trainers = {}, {}
             for model in ("lr", args.model):
                 one, roles_1, r1 = epochs_cpu(MODES[name], data, root / f"{name}-{model}-1",

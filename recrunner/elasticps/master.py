@@ -14,6 +14,7 @@ epoch, no task twice.
 
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +106,12 @@ class MasterEngine(PsEngine):
         self.epoch_rows += sum(self.tasks[t].rows for t in new)
         return bool(new)
 
-    def retried(self, epoch: int) -> int:
-        return sum(1 for n in self.queue.tries(epoch).values() if n > 1)
+    def retried(self, epoch: int, done: Mapping[int, str] | None = None) -> int:
+        """Tasks of `epoch` claimed more than once. With `done` (a mid-epoch checkpoint's
+        finished tasks, taken once no claim is in flight) also those tried and not done: their
+        claims lapsed, and after a restart the new queue claims each of them once."""
+        return sum(1 for task, tries in self.queue.tries(epoch).items()
+                   if tries > 1 or (done is not None and task not in done))
 
     def state(self, checkpoint_root: Path, epoch: int) -> ModelState:
         if not self.in_epoch:
@@ -136,13 +141,8 @@ class MasterEngine(PsEngine):
         state.extra[midepoch.LATE_STEPS] = self.position - before[0]
         state.extra[midepoch.LATE_ROWS] = self.epoch_rows - before[1]
         # The counts so far, this epoch's retries included (a restart's queue starts afresh).
-        # A task tried and not done here lost its claim (wait_idle let every claim finish or
-        # lapse): after a restart it is claimed again, once, in the new queue, so it is
-        # counted as retried now.
-        retried = sum(1 for task, tries in self.queue.tries(epoch + 1).items()
-                      if tries > 1 or task not in done)
-        state.extra["elastic"] = {"tasks": {**self.totals,
-                                            "retried": self.totals["retried"] + retried},
+        state.extra["elastic"] = {"tasks": {**self.totals, "retried": self.totals["retried"]
+                                            + self.retried(epoch + 1, done)},
                                   "rows_trained": self.rows_trained}
         return state
 
